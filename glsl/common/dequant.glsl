@@ -1,0 +1,282 @@
+// One `dequant_elem()` per weight format: element `e` (0 <= e < QK) of block
+// `ib` of a tensor of `nb` blocks stored in `data_a` as types.glsl describes.
+// The arithmetic follows llama.cpp's dequantize_row_* expression for
+// expression and is `precise`, so results equal the CPU reference
+// (src/quant/*.rs) bit for bit.
+//
+// Requires before inclusion: `uint data_a[]` bound as a storage buffer.
+
+#include "common/types.glsl"
+
+uint a_byte(uint word_base, uint byte_index) {
+    return (data_a[word_base + (byte_index >> 2)] >> (8u * (byte_index & 3u))) & 0xFFu;
+}
+
+int sign_extend8(uint b) {
+    return int(b << 24) >> 24;
+}
+
+#if defined(DENSE)
+float dense_elem(uint i) {
+#if defined(DATA_A_F32)
+    return uintBitsToFloat(data_a[i]);
+#elif defined(DATA_A_F16)
+    vec2 v = unpackHalf2x16(data_a[i >> 1]);
+    return (i & 1u) == 0u ? v.x : v.y;
+#else // BF16
+    uint w = data_a[i >> 1];
+    return uintBitsToFloat((i & 1u) == 0u ? (w << 16) : (w & 0xFFFF0000u));
+#endif
+}
+#else
+
+float a_scale(uint nb, uint ib, uint k) {
+    return uintBitsToFloat(data_a[nb * QWORDS + ib * SCALE_WORDS + k]);
+}
+
+// The 6-bit scale and min of sub-block j (0..7) from a K-quant's 12-byte
+// packed scales starting at word `sw` (llama.cpp get_scale_min_k4).
+uvec2 scale_min_k4(uint sw, uint j) {
+    if (j < 4u) {
+        return uvec2(a_byte(sw, j) & 63u, a_byte(sw, j + 4u) & 63u);
+    }
+    uint d = (a_byte(sw, j + 4u) & 0xFu) | ((a_byte(sw, j - 4u) >> 6) << 4);
+    uint m = (a_byte(sw, j + 4u) >> 4) | ((a_byte(sw, j) >> 6) << 4);
+    return uvec2(d, m);
+}
+
+float dequant_elem(uint nb, uint ib, uint e) {
+    const uint p0 = ib * PLANE0_WORDS;
+    const uint p1 = nb * PLANE0_WORDS + ib * PLANE1_WORDS;
+    const uint p2 = nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS;
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1)
+    const uint j = e & 15u;
+    const uint q = (a_byte(p0, j) >> (e < 16u ? 0u : 4u)) & 0xFu;
+    const float d = a_scale(nb, ib, 0u);
+#if defined(DATA_A_Q4_0)
+    precise float y = float(int(q) - 8) * d;
+#else
+    precise float y = float(int(q)) * d + a_scale(nb, ib, 1u);
+#endif
+    return y;
+#elif defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
+    const uint j = e & 15u;
+    const uint qh = data_a[p1];
+    uint q;
+    if (e < 16u) {
+        q = (a_byte(p0, j) & 0xFu) | (((qh >> j) << 4) & 0x10u);
+    } else {
+        q = (a_byte(p0, j) >> 4) | ((qh >> (j + 12u)) & 0x10u);
+    }
+    const float d = a_scale(nb, ib, 0u);
+#if defined(DATA_A_Q5_0)
+    precise float y = float(int(q) - 16) * d;
+#else
+    precise float y = float(int(q)) * d + a_scale(nb, ib, 1u);
+#endif
+    return y;
+#elif defined(DATA_A_Q8_0)
+    precise float y = float(sign_extend8(a_byte(p0, e))) * a_scale(nb, ib, 0u);
+    return y;
+#elif defined(DATA_A_Q2_K)
+    const uint n = e >> 7, r = e & 127u;
+    const uint j = r >> 5, half_ = (r >> 4) & 1u, l = r & 15u;
+    const uint sc = a_byte(p1, n * 8u + j * 2u + half_);
+    const uint q = (a_byte(p0, n * 32u + half_ * 16u + l) >> (2u * j)) & 3u;
+    precise float dl = a_scale(nb, ib, 0u) * float(sc & 0xFu);
+    precise float ml = a_scale(nb, ib, 1u) * float(sc >> 4);
+    precise float y = dl * float(int(q)) - ml;
+    return y;
+#elif defined(DATA_A_Q3_K)
+    const uint n = e >> 7, r = e & 127u;
+    const uint j = r >> 5, half_ = (r >> 4) & 1u, l = r & 15u;
+    const uint is = n * 8u + j * 2u + half_;
+    // Unpack 6-bit scale `is` (llama.cpp's kmask shuffle, one scale at a time).
+    uint low4, high2;
+    if (is < 8u) {
+        low4 = a_byte(p2, is) & 0xFu;
+    } else {
+        low4 = a_byte(p2, is - 8u) >> 4;
+    }
+    high2 = (a_byte(p2, 8u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
+    const int scale = int(low4 | (high2 << 4)) - 32;
+    const uint q = (a_byte(p0, n * 32u + half_ * 16u + l) >> (2u * j)) & 3u;
+    const uint hbit = (a_byte(p1, half_ * 16u + l) >> (n * 4u + j)) & 1u;
+    precise float dl = a_scale(nb, ib, 0u) * float(scale);
+    precise float y = dl * float(int(q) - (hbit != 0u ? 0 : 4));
+    return y;
+#elif defined(DATA_A_Q4_K) || defined(DATA_A_Q5_K)
+    const uint j64 = e >> 6, hi = (e >> 5) & 1u, l = e & 31u;
+#if defined(DATA_A_Q4_K)
+    const uint sw = p1;
+#else
+    const uint sw = p2;
+#endif
+    const uvec2 sm = scale_min_k4(sw, 2u * j64 + hi);
+    uint q = (a_byte(p0, 32u * j64 + l) >> (4u * hi)) & 0xFu;
+#if defined(DATA_A_Q5_K)
+    q += ((a_byte(p1, l) >> (2u * j64 + hi)) & 1u) << 4;
+#endif
+    precise float dl = a_scale(nb, ib, 0u) * float(sm.x);
+    precise float ml = a_scale(nb, ib, 1u) * float(sm.y);
+    precise float y = dl * float(q) - ml;
+    return y;
+#elif defined(DATA_A_Q6_K)
+    const uint n = e >> 7, r = e & 127u;
+    const uint quarter = r >> 5, l = r & 31u;
+    const uint ql_byte = a_byte(p0, n * 64u + l + (quarter & 1u) * 32u);
+    const uint low = (ql_byte >> (4u * (quarter >> 1))) & 0xFu;
+    const uint high = (a_byte(p1, n * 32u + l) >> (2u * quarter)) & 3u;
+    const int q = int(low | (high << 4)) - 32;
+    const int sc = sign_extend8(a_byte(p2, n * 8u + (l >> 4) + 2u * quarter));
+    precise float dsc = a_scale(nb, ib, 0u) * float(sc);
+    precise float y = dsc * float(q);
+    return y;
+#endif
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// Sub-blocks of 32 weights for the fused kernels (matvec, matmul, get_rows).
+// A row of K weights is K/32 sub-blocks; sub-block `s` of a tensor of `nb`
+// blocks lies in block s / SUBS, part s % SUBS. Dense types use sub-blocks of
+// 32 consecutive elements. Values equal dequant_elem() up to the rounding of
+// a fused multiply-add (these paths are not `precise`).
+
+#define SUBS (QK >= 32 ? QK / 32 : 1)
+
+vec4 nib4(uint w, uint shift) {
+    return vec4((w >> shift) & 0xFu, (w >> (shift + 8u)) & 0xFu,
+                (w >> (shift + 16u)) & 0xFu, (w >> (shift + 24u)) & 0xFu);
+}
+
+vec4 byte4(uint w) {
+    return vec4(w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, w >> 24);
+}
+
+vec4 sbyte4(uint w) {
+    return vec4(ivec4(int(w << 24) >> 24, int(w << 16) >> 24, int(w << 8) >> 24, int(w) >> 24));
+}
+
+// 4 bits of each byte of w, starting at bit `bit` of byte k -> component k.
+vec4 bits4(uint w, uint bit, uint mask) {
+    return vec4((w >> bit) & mask, (w >> (bit + 8u)) & mask,
+                (w >> (bit + 16u)) & mask, (w >> (bit + 24u)) & mask);
+}
+
+void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
+#if defined(DENSE)
+    const uint e = s * 32u;
+#if defined(DATA_A_F32)
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        w[k] = vec4(uintBitsToFloat(data_a[e + 4u * k]), uintBitsToFloat(data_a[e + 4u * k + 1u]),
+                    uintBitsToFloat(data_a[e + 4u * k + 2u]), uintBitsToFloat(data_a[e + 4u * k + 3u]));
+    }
+#elif defined(DATA_A_F16)
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        const uint base = (e >> 1) + 2u * k;
+        w[k] = vec4(unpackHalf2x16(data_a[base]), unpackHalf2x16(data_a[base + 1u]));
+    }
+#else
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        const uint base = (e >> 1) + 2u * k;
+        const uint a = data_a[base], b = data_a[base + 1u];
+        w[k] = vec4(uintBitsToFloat(a << 16), uintBitsToFloat(a & 0xFFFF0000u),
+                    uintBitsToFloat(b << 16), uintBitsToFloat(b & 0xFFFF0000u));
+    }
+#endif
+#else
+    const uint ib = s / SUBS;
+    const uint part = s % SUBS;
+    const uint p0 = ib * PLANE0_WORDS;
+    const uint p1 = nb * PLANE0_WORDS + ib * PLANE1_WORDS;
+    const uint p2 = nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS;
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
+    const float d = a_scale(nb, ib, 0u);
+#if defined(DATA_A_Q4_1) || defined(DATA_A_Q5_1)
+    const float m = a_scale(nb, ib, 1u);
+#elif defined(DATA_A_Q4_0)
+    const float m = -8.0 * d;
+#else
+    const float m = -16.0 * d;
+#endif
+#if defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
+    const uint qh = data_a[p1];
+#endif
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        const uint q = data_a[p0 + k];
+        vec4 lo = nib4(q, 0u);
+        vec4 hi = nib4(q, 4u);
+#if defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
+        lo += 16.0 * vec4((qh >> (4u * k)) & 1u, (qh >> (4u * k + 1u)) & 1u,
+                          (qh >> (4u * k + 2u)) & 1u, (qh >> (4u * k + 3u)) & 1u);
+        hi += 16.0 * vec4((qh >> (16u + 4u * k)) & 1u, (qh >> (17u + 4u * k)) & 1u,
+                          (qh >> (18u + 4u * k)) & 1u, (qh >> (19u + 4u * k)) & 1u);
+#endif
+        w[k] = lo * d + m;
+        w[k + 4u] = hi * d + m;
+    }
+#elif defined(DATA_A_Q8_0)
+    const float d = a_scale(nb, ib, 0u);
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        w[k] = sbyte4(data_a[p0 + k]) * d;
+    }
+#elif defined(DATA_A_Q2_K) || defined(DATA_A_Q3_K)
+    // part = 4n + j: 32 weights = two halves of 16 with their own scales.
+    const uint n = part >> 2, j = part & 3u;
+    const float d = a_scale(nb, ib, 0u);
+    [[unroll]] for (uint h = 0u; h < 2u; h++) {
+        const uint is = n * 8u + j * 2u + h;
+#if defined(DATA_A_Q2_K)
+        const uint sc = a_byte(p1, is);
+        const float dl = d * float(sc & 0xFu);
+        const float ml = a_scale(nb, ib, 1u) * float(sc >> 4);
+#else
+        const uint low4 = is < 8u ? (a_byte(p2, is) & 0xFu) : (a_byte(p2, is - 8u) >> 4);
+        const uint high2 = (a_byte(p2, 8u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
+        const float dl = d * float(int(low4 | (high2 << 4)) - 32);
+#endif
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            const uint q = data_a[p0 + n * 8u + h * 4u + k];
+            vec4 v = bits4(q, 2u * j, 3u);
+#if defined(DATA_A_Q2_K)
+            w[h * 4u + k] = dl * v - ml;
+#else
+            const uint hm = data_a[p1 + h * 4u + k];
+            v -= 4.0 * (1.0 - bits4(hm, n * 4u + j, 1u));
+            w[h * 4u + k] = dl * v;
+#endif
+        }
+    }
+#elif defined(DATA_A_Q4_K) || defined(DATA_A_Q5_K)
+    const uint j64 = part >> 1, hi = part & 1u;
+#if defined(DATA_A_Q4_K)
+    const uvec2 sm = scale_min_k4(p1, part);
+#else
+    const uvec2 sm = scale_min_k4(p2, part);
+#endif
+    const float dl = a_scale(nb, ib, 0u) * float(sm.x);
+    const float ml = a_scale(nb, ib, 1u) * float(sm.y);
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        vec4 v = nib4(data_a[p0 + 8u * j64 + k], 4u * hi);
+#if defined(DATA_A_Q5_K)
+        v += 16.0 * bits4(data_a[p1 + k], part, 1u);
+#endif
+        w[k] = dl * v - ml;
+    }
+#elif defined(DATA_A_Q6_K)
+    const uint n = part >> 2, quarter = part & 3u;
+    const float d = a_scale(nb, ib, 0u);
+    [[unroll]] for (uint h = 0u; h < 2u; h++) {
+        const float dl = d * float(sign_extend8(a_byte(p2, n * 8u + h + 2u * quarter)));
+        [[unroll]] for (uint k = 0u; k < 4u; k++) {
+            const uint l4 = h * 4u + k; // word index of l = 4*l4 .. 4*l4+3 within 32
+            const uint ql = data_a[p0 + n * 16u + (quarter & 1u) * 8u + l4];
+            const uint qh = data_a[p1 + n * 8u + l4];
+            const vec4 v = bits4(ql, 4u * (quarter >> 1), 0xFu) + 16.0 * bits4(qh, 2u * quarter, 3u) - 32.0;
+            w[l4] = dl * v;
+        }
+    }
+#endif
+#endif
+}

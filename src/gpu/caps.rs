@@ -1,0 +1,114 @@
+//! What a physical device can do, read once from Vulkan and never assumed:
+//! subgroup size, buffer-range and shared-memory limits, and the optional
+//! features (fp16 arithmetic, int8 dot product, cooperative matrix) that pick
+//! kernel variants. Required features are checked in [`DeviceCaps::check_required`].
+
+use ash::vk;
+
+use crate::error::{ModelError, Result};
+
+/// One cooperative-matrix shape the device reports for f16 inputs and f32 accumulation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopMatShape {
+    /// Rows of A and of the result.
+    pub m: u32,
+    /// Columns of B and of the result.
+    pub n: u32,
+    /// Inner dimension.
+    pub k: u32,
+}
+
+/// The limits and optional features of one device, as Vulkan reports them.
+#[derive(Clone, Debug)]
+pub struct DeviceCaps {
+    /// Device name from `VkPhysicalDeviceProperties`.
+    pub name: String,
+    /// Physical device type (discrete, integrated, CPU, ...).
+    pub device_type: vk::PhysicalDeviceType,
+    /// Vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel, 0x10005 Mesa).
+    pub vendor_id: u32,
+    /// Vulkan API version the device supports.
+    pub api_version: u32,
+    /// Default subgroup size for compute shaders.
+    pub subgroup_size: u32,
+    /// Smallest subgroup size selectable with subgroup size control.
+    pub min_subgroup_size: u32,
+    /// Largest subgroup size selectable with subgroup size control.
+    pub max_subgroup_size: u32,
+    /// Whether a pipeline may require a subgroup size (`subgroupSizeControl` +
+    /// `computeFullSubgroups`).
+    pub subgroup_size_control: bool,
+    /// Whether compute shaders support basic, arithmetic and shuffle subgroup operations.
+    pub subgroup_arithmetic: bool,
+    /// Largest range one storage-buffer descriptor may cover.
+    pub max_storage_buffer_range: u64,
+    /// Largest single memory allocation.
+    pub max_memory_allocation_size: u64,
+    /// Shared memory per workgroup, bytes.
+    pub max_shared_memory: u32,
+    /// Maximum invocations in one workgroup.
+    pub max_workgroup_invocations: u32,
+    /// Maximum workgroup count per dimension.
+    pub max_workgroup_count: [u32; 3],
+    /// Push-constant bytes available.
+    pub max_push_constants: u32,
+    /// `minStorageBufferOffsetAlignment`: descriptor offsets must be multiples of it.
+    pub storage_offset_alignment: u64,
+    /// fp16 arithmetic in shaders (`shaderFloat16`).
+    pub shader_float16: bool,
+    /// 16-bit storage buffer access (`storageBuffer16BitAccess`).
+    pub storage_16bit: bool,
+    /// int8 arithmetic in shaders (`shaderInt8`).
+    pub shader_int8: bool,
+    /// Accelerated packed 4x8-bit signed dot product (`VK_KHR_shader_integer_dot_product`).
+    pub int_dot_accelerated: bool,
+    /// f16×f16→f32 cooperative matrix shapes (subgroup scope); empty without the extension.
+    pub coop_mat_f16: Vec<CoopMatShape>,
+    /// Nanoseconds per timestamp tick; `None` where the compute queue has no timestamps.
+    pub timestamp_period_ns: Option<f32>,
+    /// Bytes of device-local memory in the largest device-local heap.
+    pub device_local_bytes: u64,
+}
+
+impl DeviceCaps {
+    /// Fails with [`ModelError::MissingFeature`] naming the first thing combs cannot run without.
+    ///
+    /// # Errors
+    /// Vulkan older than 1.2, compute shaders without subgroup arithmetic and
+    /// shuffles, or workgroups smaller than 256 invocations.
+    pub fn check_required(&self) -> Result<()> {
+        let missing = |feature: &str| {
+            Err(ModelError::MissingFeature {
+                device: self.name.clone(),
+                feature: feature.to_string(),
+            })
+        };
+        if self.api_version < vk::API_VERSION_1_2 {
+            return missing(&format!(
+                "Vulkan 1.2 (device reports {}.{})",
+                vk::api_version_major(self.api_version),
+                vk::api_version_minor(self.api_version)
+            ));
+        }
+        if !self.subgroup_arithmetic {
+            return missing("subgroup basic, arithmetic and shuffle operations in compute shaders");
+        }
+        if self.max_workgroup_invocations < 256 {
+            return missing("workgroups of 256 invocations");
+        }
+        Ok(())
+    }
+
+    /// Whether cooperative-matrix kernels of the 16×16×16 f16 shape can run here.
+    pub fn has_coop_mat_16x16x16(&self) -> bool {
+        self.coop_mat_f16
+            .iter()
+            .any(|s| s.m == 16 && s.n == 16 && s.k == 16)
+    }
+
+    /// The largest multiple of `align` that a descriptor may cover.
+    pub fn max_binding_bytes(&self, align: u64) -> u64 {
+        let align = align.max(self.storage_offset_alignment).max(4);
+        (self.max_storage_buffer_range / align) * align
+    }
+}

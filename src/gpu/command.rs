@@ -1,0 +1,677 @@
+//! `Recording`: a command buffer recorded once and submitted any number of
+//! times. Recording is separate from submitting: ops append dispatches (never
+//! submit or wait); the owner calls [`Recording::finish`] then
+//! [`Recording::submit_and_wait`] per replay.
+//!
+//! Hazards are tracked per buffer: a dispatch that reads or writes a buffer
+//! written since the last barrier, or writes one read since then, gets a
+//! compute-to-compute memory barrier first. Independent dispatches (Q, K and V
+//! projections of one token, say) therefore run without barriers between them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use ash::vk;
+
+use super::buffer::Buffer;
+use super::context::GpuContext;
+use super::kernels::Kernel;
+use super::pipeline::{Pipeline, get_pipeline};
+use crate::error::{ModelError, Result};
+
+/// How a dispatch uses a bound buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Written (and possibly read).
+    Write,
+}
+
+/// A buffer range bound to one descriptor of a dispatch.
+#[derive(Clone)]
+pub struct Binding<'a> {
+    /// The buffer.
+    pub buffer: &'a Arc<Buffer>,
+    /// Start of the range in bytes (a multiple of `minStorageBufferOffsetAlignment`).
+    pub offset: u64,
+    /// Length in bytes; `None` for the rest of the buffer.
+    pub size: Option<u64>,
+    /// Read or write.
+    pub access: Access,
+}
+
+impl<'a> Binding<'a> {
+    /// The whole buffer, read only.
+    pub fn read(buffer: &'a Arc<Buffer>) -> Self {
+        Binding {
+            buffer,
+            offset: 0,
+            size: None,
+            access: Access::Read,
+        }
+    }
+
+    /// The whole buffer, written.
+    pub fn write(buffer: &'a Arc<Buffer>) -> Self {
+        Binding {
+            buffer,
+            offset: 0,
+            size: None,
+            access: Access::Write,
+        }
+    }
+
+    /// A sub-range of this binding's buffer.
+    pub fn range(mut self, offset: u64, size: u64) -> Self {
+        self.offset = offset;
+        self.size = Some(size);
+        self
+    }
+}
+
+/// Workgroup counts for `n` groups, folded into y when x would pass the device limit.
+/// Kernels recover the linear id as `gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x`
+/// and must ignore ids `>= n`.
+pub fn groups_1d(ctx: &GpuContext, n: u32) -> [u32; 3] {
+    let max_x = ctx.caps().max_workgroup_count[0].clamp(1, 65535);
+    if n <= max_x {
+        [n.max(1), 1, 1]
+    } else {
+        [max_x, n.div_ceil(max_x), 1]
+    }
+}
+
+const SETS_PER_POOL: u32 = 256;
+const MAX_BINDINGS_PER_SET: u32 = 8;
+const MAX_TIMESTAMPS: u32 = 2048;
+
+/// A replayable command buffer and everything it references.
+pub struct Recording {
+    ctx: Arc<GpuContext>,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    descriptor_pools: Vec<vk::DescriptorPool>,
+    sets_in_current_pool: u32,
+    keep_pipelines: Vec<Arc<Pipeline>>,
+    keep_buffers: Vec<Arc<Buffer>>,
+    kept: HashSet<vk::Buffer>,
+    written: HashSet<vk::Buffer>,
+    read: HashSet<vk::Buffer>,
+    query_pool: Option<vk::QueryPool>,
+    labels: Vec<String>,
+    profile: bool,
+    finished: bool,
+    n_dispatches: usize,
+    n_barriers: usize,
+}
+
+// SAFETY: the handles are owned by this value; Vulkan allows using them from any
+// thread as long as access is externally synchronized, which `&mut self` ensures.
+unsafe impl Send for Recording {}
+
+impl Recording {
+    /// Starts recording a new command buffer. `timestamps` reserves a query pool
+    /// for [`Recording::timestamp`] and stamps the end of every dispatch with
+    /// its kernel's name (ignored where the queue has no timestamps).
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn new(ctx: &Arc<GpuContext>, timestamps: bool) -> Result<Self> {
+        let dev = ctx.device();
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(ctx.queue_family())
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and create info.
+        let pool = unsafe { dev.create_command_pool(&info, None) }
+            .map_err(|r| ModelError::vk("vkCreateCommandPool", r))?;
+        let mut rec = Recording {
+            ctx: ctx.clone(),
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            descriptor_pools: Vec::new(),
+            sets_in_current_pool: SETS_PER_POOL,
+            keep_pipelines: Vec::new(),
+            keep_buffers: Vec::new(),
+            kept: HashSet::new(),
+            written: HashSet::new(),
+            read: HashSet::new(),
+            query_pool: None,
+            labels: Vec::new(),
+            profile: timestamps,
+            finished: false,
+            n_dispatches: 0,
+            n_barriers: 0,
+        };
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: pool is valid.
+        rec.cmd = unsafe { dev.allocate_command_buffers(&alloc) }
+            .map_err(|r| ModelError::vk("vkAllocateCommandBuffers", r))?[0];
+        // SAFETY: valid device.
+        rec.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .map_err(|r| ModelError::vk("vkCreateFence", r))?;
+        if timestamps && ctx.caps().timestamp_period_ns.is_some() {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(MAX_TIMESTAMPS);
+            // SAFETY: valid device.
+            rec.query_pool = Some(
+                unsafe { dev.create_query_pool(&info, None) }
+                    .map_err(|r| ModelError::vk("vkCreateQueryPool", r))?,
+            );
+        }
+        let begin = vk::CommandBufferBeginInfo::default();
+        // SAFETY: cmd is freshly allocated and not in use.
+        unsafe { dev.begin_command_buffer(rec.cmd, &begin) }
+            .map_err(|r| ModelError::vk("vkBeginCommandBuffer", r))?;
+        if let Some(q) = rec.query_pool {
+            // SAFETY: recording state; the pool is ours.
+            unsafe { dev.cmd_reset_query_pool(rec.cmd, q, 0, MAX_TIMESTAMPS) };
+        }
+        Ok(rec)
+    }
+
+    /// The context this recording belongs to.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
+    fn keep(&mut self, b: &Arc<Buffer>) {
+        if self.kept.insert(b.raw()) {
+            self.keep_buffers.push(b.clone());
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.finished {
+            return Err(ModelError::Internal(
+                "recording into a finished command buffer".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Inserts a full compute/transfer memory barrier now.
+    pub fn barrier(&mut self) {
+        let mb = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE
+                    | vk::AccessFlags::INDIRECT_COMMAND_READ,
+            )];
+        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        // SAFETY: cmd is in the recording state (checked by callers).
+        unsafe {
+            self.ctx.device().cmd_pipeline_barrier(
+                self.cmd,
+                stages,
+                stages | vk::PipelineStageFlags::DRAW_INDIRECT,
+                vk::DependencyFlags::empty(),
+                &mb,
+                &[],
+                &[],
+            )
+        };
+        self.written.clear();
+        self.read.clear();
+        self.n_barriers += 1;
+    }
+
+    fn track(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
+        let hazard = reads.iter().any(|b| self.written.contains(b))
+            || writes
+                .iter()
+                .any(|b| self.written.contains(b) || self.read.contains(b));
+        if hazard {
+            self.barrier();
+        }
+        self.read.extend(reads.iter().copied());
+        self.written.extend(writes.iter().copied());
+    }
+
+    fn descriptor_set(&mut self, layout: vk::DescriptorSetLayout) -> Result<vk::DescriptorSet> {
+        let dev = self.ctx.device().clone();
+        if self.sets_in_current_pool >= SETS_PER_POOL {
+            let sizes = [vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(SETS_PER_POOL * MAX_BINDINGS_PER_SET)];
+            let info = vk::DescriptorPoolCreateInfo::default()
+                .max_sets(SETS_PER_POOL)
+                .pool_sizes(&sizes);
+            // SAFETY: valid device.
+            let pool = unsafe { dev.create_descriptor_pool(&info, None) }
+                .map_err(|r| ModelError::vk("vkCreateDescriptorPool", r))?;
+            self.descriptor_pools.push(pool);
+            self.sets_in_current_pool = 0;
+        }
+        let pool = *self
+            .descriptor_pools
+            .last()
+            .ok_or_else(|| ModelError::Internal("no descriptor pool".into()))?;
+        let layouts = [layout];
+        let info = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(pool)
+            .set_layouts(&layouts);
+        // SAFETY: pool and layout are valid; the pool has room (counted above).
+        let set = unsafe { dev.allocate_descriptor_sets(&info) }
+            .map_err(|r| ModelError::vk("vkAllocateDescriptorSets", r))?[0];
+        self.sets_in_current_pool += 1;
+        Ok(set)
+    }
+
+    /// Records one dispatch of `kernel` with specialization constants `spec`,
+    /// storage buffers `bindings` (binding i = `bindings[i]`), push constants
+    /// `push` (at most 128 bytes) and `groups` workgroups.
+    ///
+    /// # Errors
+    /// A binding range outside its buffer or too large for one descriptor, push
+    /// constants too large, or a failing Vulkan call.
+    pub fn dispatch(
+        &mut self,
+        kernel: Kernel,
+        spec: &[u32],
+        bindings: &[Binding<'_>],
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let pipeline = self.prepare(kernel, spec, bindings, push)?;
+        // SAFETY: recording state, pipeline bound by prepare().
+        unsafe {
+            self.ctx
+                .device()
+                .cmd_dispatch(self.cmd, groups[0], groups[1], groups[2])
+        };
+        self.keep_pipelines.push(pipeline);
+        self.stamp(kernel);
+        Ok(())
+    }
+
+    /// Like [`Recording::dispatch`], with the workgroup counts read by the GPU from
+    /// three u32 at `offset` in `args` (so a replay can vary them).
+    ///
+    /// # Errors
+    /// As [`Recording::dispatch`].
+    pub fn dispatch_indirect(
+        &mut self,
+        kernel: Kernel,
+        spec: &[u32],
+        bindings: &[Binding<'_>],
+        push: &[u8],
+        args: &Arc<Buffer>,
+        offset: u64,
+    ) -> Result<()> {
+        if !offset.is_multiple_of(4) || offset + 12 > args.size() {
+            return Err(ModelError::Internal(
+                "indirect dispatch arguments out of range".into(),
+            ));
+        }
+        self.track(&[args.raw()], &[]);
+        self.keep(args);
+        let pipeline = self.prepare(kernel, spec, bindings, push)?;
+        // SAFETY: recording state, pipeline bound, args range checked.
+        unsafe {
+            self.ctx
+                .device()
+                .cmd_dispatch_indirect(self.cmd, args.raw(), offset)
+        };
+        self.keep_pipelines.push(pipeline);
+        self.stamp(kernel);
+        Ok(())
+    }
+
+    fn prepare(
+        &mut self,
+        kernel: Kernel,
+        spec: &[u32],
+        bindings: &[Binding<'_>],
+        push: &[u8],
+    ) -> Result<Arc<Pipeline>> {
+        self.check_open()?;
+        if push.len() > 128 || !push.len().is_multiple_of(4) {
+            return Err(ModelError::Internal(format!(
+                "{}: push constants of {} bytes",
+                kernel.name(),
+                push.len()
+            )));
+        }
+        if bindings.len() > MAX_BINDINGS_PER_SET as usize {
+            return Err(ModelError::Internal(format!(
+                "{}: {} bindings",
+                kernel.name(),
+                bindings.len()
+            )));
+        }
+        let caps = self.ctx.caps();
+        let mut infos = Vec::with_capacity(bindings.len());
+        let mut reads = Vec::new();
+        let mut writes = Vec::new();
+        for (i, b) in bindings.iter().enumerate() {
+            let size = b.size.unwrap_or(b.buffer.size().saturating_sub(b.offset));
+            let in_range = b
+                .offset
+                .checked_add(size)
+                .is_some_and(|e| e <= b.buffer.size());
+            if !in_range || size == 0 {
+                return Err(ModelError::Internal(format!(
+                    "{}: binding {i} range {}+{size} outside a {} byte buffer",
+                    kernel.name(),
+                    b.offset,
+                    b.buffer.size()
+                )));
+            }
+            if size > caps.max_storage_buffer_range {
+                return Err(ModelError::Internal(format!(
+                    "{}: binding {i} covers {size} bytes, above maxStorageBufferRange {}",
+                    kernel.name(),
+                    caps.max_storage_buffer_range
+                )));
+            }
+            if b.offset % caps.storage_offset_alignment != 0 {
+                return Err(ModelError::Internal(format!(
+                    "{}: binding {i} offset {} not aligned to {}",
+                    kernel.name(),
+                    b.offset,
+                    caps.storage_offset_alignment
+                )));
+            }
+            infos.push(
+                vk::DescriptorBufferInfo::default()
+                    .buffer(b.buffer.raw())
+                    .offset(b.offset)
+                    .range(size),
+            );
+            match b.access {
+                Access::Read => reads.push(b.buffer.raw()),
+                Access::Write => writes.push(b.buffer.raw()),
+            }
+        }
+        self.track(&reads, &writes);
+        for b in bindings {
+            self.keep(b.buffer);
+        }
+        let pipeline = get_pipeline(
+            &self.ctx,
+            kernel,
+            spec,
+            bindings.len() as u32,
+            spec.get(1).copied().filter(|&s| s > 0),
+        )?;
+        let set = self.descriptor_set(pipeline.set_layout)?;
+        let writes_info: Vec<vk::WriteDescriptorSet> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(std::slice::from_ref(info))
+            })
+            .collect();
+        let dev = self.ctx.device();
+        // SAFETY: set, buffers and pipeline are valid and kept alive by self.
+        unsafe {
+            dev.update_descriptor_sets(&writes_info, &[]);
+            dev.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+            dev.cmd_bind_descriptor_sets(
+                self.cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                pipeline.layout,
+                0,
+                &[set],
+                &[],
+            );
+            if !push.is_empty() {
+                dev.cmd_push_constants(
+                    self.cmd,
+                    pipeline.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    push,
+                );
+            }
+        }
+        self.n_dispatches += 1;
+        Ok(pipeline)
+    }
+
+    /// Copies `size` bytes between buffers.
+    ///
+    /// # Errors
+    /// A range outside either buffer.
+    pub fn copy(
+        &mut self,
+        src: &Arc<Buffer>,
+        src_offset: u64,
+        dst: &Arc<Buffer>,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        self.check_open()?;
+        let ok = src_offset + size <= src.size() && dst_offset + size <= dst.size();
+        if !ok || size == 0 {
+            return Err(ModelError::Internal(format!(
+                "copy of {size} bytes outside a buffer"
+            )));
+        }
+        self.track(&[src.raw()], &[dst.raw()]);
+        self.keep(src);
+        self.keep(dst);
+        let region = [vk::BufferCopy::default()
+            .src_offset(src_offset)
+            .dst_offset(dst_offset)
+            .size(size)];
+        // SAFETY: recording state; both buffers kept alive; ranges checked.
+        unsafe {
+            self.ctx
+                .device()
+                .cmd_copy_buffer(self.cmd, src.raw(), dst.raw(), &region)
+        };
+        Ok(())
+    }
+
+    /// Fills `size` bytes (a multiple of 4) at `offset` with the 32-bit `value`.
+    ///
+    /// # Errors
+    /// A range outside the buffer or not a multiple of 4.
+    pub fn fill(&mut self, dst: &Arc<Buffer>, offset: u64, size: u64, value: u32) -> Result<()> {
+        self.check_open()?;
+        if !offset.is_multiple_of(4) || !size.is_multiple_of(4) || offset + size > dst.size() {
+            return Err(ModelError::Internal("fill outside a buffer".into()));
+        }
+        self.track(&[], &[dst.raw()]);
+        self.keep(dst);
+        // SAFETY: recording state; range checked.
+        unsafe {
+            self.ctx
+                .device()
+                .cmd_fill_buffer(self.cmd, dst.raw(), offset, size, value)
+        };
+        Ok(())
+    }
+
+    fn stamp(&mut self, kernel: Kernel) {
+        if self.profile {
+            if self.labels.is_empty() {
+                // A start mark so the first dispatch gets a duration too.
+                self.timestamp("start");
+            }
+            self.timestamp(kernel.name());
+        }
+    }
+
+    /// GPU time per label in nanoseconds (the time since the previous stamp),
+    /// summed over labels, largest first.
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn profile(&self) -> Result<Vec<(String, f64)>> {
+        let stamps = self.timestamps()?;
+        let mut sums: Vec<(String, f64)> = Vec::new();
+        for w in stamps.windows(2) {
+            let dt = w[1].1 - w[0].1;
+            match sums.iter_mut().find(|(l, _)| *l == w[1].0) {
+                Some(e) => e.1 += dt,
+                None => sums.push((w[1].0.clone(), dt)),
+            }
+        }
+        sums.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(sums)
+    }
+
+    /// Writes a GPU timestamp labelled `label` (no-op without a query pool).
+    pub fn timestamp(&mut self, label: &str) {
+        let Some(q) = self.query_pool else { return };
+        if self.finished || self.labels.len() as u32 >= MAX_TIMESTAMPS {
+            return;
+        }
+        // SAFETY: recording state; query index within the pool.
+        unsafe {
+            self.ctx.device().cmd_write_timestamp(
+                self.cmd,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                q,
+                self.labels.len() as u32,
+            )
+        };
+        self.labels.push(label.to_string());
+    }
+
+    /// Ends recording; makes GPU writes visible to the host after completion.
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn finish(&mut self) -> Result<()> {
+        self.check_open()?;
+        let mb = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+        let dev = self.ctx.device();
+        // SAFETY: recording state.
+        unsafe {
+            dev.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &mb,
+                &[],
+                &[],
+            );
+            dev.end_command_buffer(self.cmd)
+        }
+        .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// Submits the finished command buffer and waits for it to complete.
+    ///
+    /// # Errors
+    /// Not finished yet, device lost, or a failing Vulkan call.
+    pub fn submit_and_wait(&mut self) -> Result<()> {
+        if !self.finished {
+            return Err(ModelError::Internal(
+                "submitting an unfinished recording".into(),
+            ));
+        }
+        let dev = self.ctx.device();
+        let cmds = [self.cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        {
+            let queue = self.ctx.queue();
+            // SAFETY: cmd is executable, the fence unsignaled, the queue locked.
+            unsafe { dev.queue_submit(*queue, &submit, self.fence) }
+                .map_err(|r| ModelError::vk("vkQueueSubmit", r))?;
+        }
+        // SAFETY: the fence belongs to this device.
+        let waited = unsafe { dev.wait_for_fences(&[self.fence], true, u64::MAX) };
+        // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
+        let reset = unsafe { dev.reset_fences(&[self.fence]) };
+        waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
+        reset.map_err(|r| ModelError::vk("vkResetFences", r))?;
+        Ok(())
+    }
+
+    /// Labels and GPU times in nanoseconds, measured from the first timestamp,
+    /// of the last completed submission.
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn timestamps(&self) -> Result<Vec<(String, f64)>> {
+        let (Some(q), Some(period)) = (self.query_pool, self.ctx.caps().timestamp_period_ns) else {
+            return Ok(Vec::new());
+        };
+        let n = self.labels.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut raw = vec![0u64; n];
+        // SAFETY: queries 0..n were written by the completed submission.
+        unsafe {
+            self.ctx.device().get_query_pool_results(
+                q,
+                0,
+                &mut raw,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .map_err(|r| ModelError::vk("vkGetQueryPoolResults", r))?;
+        let t0 = raw[0];
+        Ok(self
+            .labels
+            .iter()
+            .zip(raw)
+            .map(|(l, t)| (l.clone(), (t.wrapping_sub(t0)) as f64 * f64::from(period)))
+            .collect())
+    }
+
+    /// Dispatches recorded so far.
+    pub fn n_dispatches(&self) -> usize {
+        self.n_dispatches
+    }
+
+    /// Barriers recorded so far.
+    pub fn n_barriers(&self) -> usize {
+        self.n_barriers
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let dev = self.ctx.device();
+        // SAFETY: submit_and_wait always waits, so the command buffer is not pending;
+        // every handle below was created by this recording.
+        unsafe {
+            for p in self.descriptor_pools.drain(..) {
+                dev.destroy_descriptor_pool(p, None);
+            }
+            if let Some(q) = self.query_pool.take() {
+                dev.destroy_query_pool(q, None);
+            }
+            if self.fence != vk::Fence::null() {
+                dev.destroy_fence(self.fence, None);
+            }
+            dev.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+/// Records, submits and waits for a one-off piece of GPU work.
+///
+/// # Errors
+/// Whatever `f` or the submission returns.
+pub fn run_once(ctx: &Arc<GpuContext>, f: impl FnOnce(&mut Recording) -> Result<()>) -> Result<()> {
+    let mut rec = Recording::new(ctx, false)?;
+    f(&mut rec)?;
+    rec.finish()?;
+    rec.submit_and_wait()
+}

@@ -1,0 +1,539 @@
+//! The Vulkan instance, the chosen physical device, its logical device with one
+//! compute queue, and the memory allocator. Everything else in `src/gpu` hangs
+//! off an `Arc<GpuContext>` and destroys its own handles before the context goes.
+//!
+//! Device choice: an explicit index, else the `COMBS_DEVICE` environment
+//! variable, else the first discrete GPU, else the first integrated GPU, else
+//! whatever there is (lavapipe on a machine without a GPU).
+
+use std::ffi::{CStr, c_char};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
+
+use super::caps::{CoopMatShape, DeviceCaps};
+use super::pipeline::PipelineCache;
+use crate::error::{ModelError, Result};
+
+/// A device as `combs info --devices` lists it.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Index to pass as `device_index` / `COMBS_DEVICE`.
+    pub index: usize,
+    /// Limits and features.
+    pub caps: DeviceCaps,
+    /// Why combs cannot use it, if it cannot.
+    pub unusable: Option<String>,
+}
+
+/// The instance, device, compute queue and allocator shared by every GPU object.
+pub struct GpuContext {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    physical: vk::PhysicalDevice,
+    device: ash::Device,
+    queue: Mutex<vk::Queue>,
+    queue_family: u32,
+    allocator: ManuallyDrop<Mutex<Allocator>>,
+    caps: DeviceCaps,
+    index: usize,
+    pub(crate) pipelines: PipelineCache,
+}
+
+// SAFETY: Vulkan handles are plain integers/pointers owned by this context; every
+// externally-synchronized object (queue, allocator) is behind a Mutex.
+unsafe impl Send for GpuContext {}
+// SAFETY: as above; shared access only reads immutable handles or locks.
+unsafe impl Sync for GpuContext {}
+
+fn load_entry() -> Result<ash::Entry> {
+    // SAFETY: loading the system Vulkan loader library; failure is reported, not assumed.
+    unsafe { ash::Entry::load() }.map_err(|e| {
+        ModelError::NoDevice(format!(
+            "cannot load the Vulkan loader (libvulkan.so.1): {e}; install it, e.g. \
+             `apt-get install libvulkan1 mesa-vulkan-drivers`"
+        ))
+    })
+}
+
+fn create_instance(entry: &ash::Entry) -> Result<ash::Instance> {
+    let app = vk::ApplicationInfo::default()
+        .application_name(c"combs")
+        .engine_name(c"combs")
+        .api_version(vk::API_VERSION_1_3);
+    // Portability enumeration lets MoltenVK-style drivers show up where present.
+    // SAFETY: entry is a loaded Vulkan entry.
+    let available = unsafe { entry.enumerate_instance_extension_properties(None) }
+        .map_err(|r| ModelError::vk("vkEnumerateInstanceExtensionProperties", r))?;
+    let has = |name: &CStr| {
+        available
+            .iter()
+            .any(|e| e.extension_name_as_c_str().ok() == Some(name))
+    };
+    let mut exts: Vec<*const c_char> = Vec::new();
+    let mut flags = vk::InstanceCreateFlags::empty();
+    if has(ash::khr::portability_enumeration::NAME) {
+        exts.push(ash::khr::portability_enumeration::NAME.as_ptr());
+        flags |= vk::InstanceCreateFlags::ENUMERATE_PORTABILITY_KHR;
+    }
+    let info = vk::InstanceCreateInfo::default()
+        .application_info(&app)
+        .enabled_extension_names(&exts)
+        .flags(flags);
+    // SAFETY: info and the strings it points to outlive the call.
+    unsafe { entry.create_instance(&info, None) }.map_err(|r| match r {
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => ModelError::NoDevice(
+            "no Vulkan driver is installed (install mesa-vulkan-drivers for a CPU device)".into(),
+        ),
+        r => ModelError::vk("vkCreateInstance", r),
+    })
+}
+
+fn compute_queue_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<u32> {
+    // SAFETY: pd comes from this instance.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+    // Prefer a compute-only family (async compute on discrete GPUs), else any with compute.
+    let compute_only = families.iter().position(|f| {
+        f.queue_flags.contains(vk::QueueFlags::COMPUTE)
+            && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS)
+    });
+    compute_only
+        .or_else(|| {
+            families
+                .iter()
+                .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+        })
+        .map(|i| i as u32)
+}
+
+fn device_extensions(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Vec<String> {
+    // SAFETY: pd comes from this instance.
+    unsafe { instance.enumerate_device_extension_properties(pd) }
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| {
+            e.extension_name_as_c_str()
+                .ok()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+fn read_caps(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+) -> (DeviceCaps, Vec<String>) {
+    let exts = device_extensions(instance, pd);
+    let has_ext = |n: &CStr| exts.iter().any(|e| e.as_bytes() == n.to_bytes());
+
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut size_ctl = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
+    // SAFETY: pd comes from this instance; the pNext chain lives on this stack frame.
+    let api_version = unsafe { instance.get_physical_device_properties(pd) }.api_version;
+    if api_version >= vk::API_VERSION_1_3 {
+        props2 = props2.push_next(&mut size_ctl);
+    }
+    // SAFETY: as above.
+    unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+    let props = props2.properties;
+    let limits = props.limits;
+
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+    let mut feats = vk::PhysicalDeviceFeatures2::default()
+        .push_next(&mut f11)
+        .push_next(&mut f12);
+    if api_version >= vk::API_VERSION_1_3 {
+        feats = feats.push_next(&mut f13);
+    }
+    // SAFETY: as above.
+    unsafe { instance.get_physical_device_features2(pd, &mut feats) };
+
+    let mut int_dot = vk::PhysicalDeviceShaderIntegerDotProductProperties::default();
+    let int_dot_accelerated = if api_version >= vk::API_VERSION_1_3 {
+        let mut p = vk::PhysicalDeviceProperties2::default().push_next(&mut int_dot);
+        // SAFETY: as above.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p) };
+        int_dot.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE
+    } else {
+        false
+    };
+
+    let mut coop_mat_f16 = Vec::new();
+    if has_ext(ash::khr::cooperative_matrix::NAME) {
+        let loader = ash::khr::cooperative_matrix::Instance::new(entry, instance);
+        // SAFETY: the extension is present on this device.
+        if let Ok(list) = unsafe { loader.get_physical_device_cooperative_matrix_properties(pd) } {
+            for p in list {
+                if p.a_type == vk::ComponentTypeKHR::FLOAT16
+                    && p.b_type == vk::ComponentTypeKHR::FLOAT16
+                    && p.c_type == vk::ComponentTypeKHR::FLOAT32
+                    && p.result_type == vk::ComponentTypeKHR::FLOAT32
+                    && p.scope == vk::ScopeKHR::SUBGROUP
+                {
+                    coop_mat_f16.push(CoopMatShape {
+                        m: p.m_size,
+                        n: p.n_size,
+                        k: p.k_size,
+                    });
+                }
+            }
+        }
+    }
+
+    let timestamp_period_ns = compute_queue_family(instance, pd).and_then(|qf| {
+        // SAFETY: as above.
+        let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        let bits = fams.get(qf as usize).map(|f| f.timestamp_valid_bits)?;
+        (bits > 0 && limits.timestamp_period > 0.0).then_some(limits.timestamp_period)
+    });
+
+    // SAFETY: as above.
+    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+    let device_local_bytes = mem.memory_heaps[..mem.memory_heap_count as usize]
+        .iter()
+        .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .max()
+        .unwrap_or(0);
+
+    let mut m11 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut m11);
+    // SAFETY: as above.
+    unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+
+    let has_size_ctl = api_version >= vk::API_VERSION_1_3
+        && f13.subgroup_size_control == vk::TRUE
+        && f13.compute_full_subgroups == vk::TRUE
+        && size_ctl
+            .required_subgroup_size_stages
+            .contains(vk::ShaderStageFlags::COMPUTE);
+
+    let caps = DeviceCaps {
+        name: props
+            .device_name_as_c_str()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown device".into()),
+        device_type: props.device_type,
+        vendor_id: props.vendor_id,
+        api_version,
+        subgroup_size: subgroup.subgroup_size,
+        min_subgroup_size: if has_size_ctl {
+            size_ctl.min_subgroup_size
+        } else {
+            subgroup.subgroup_size
+        },
+        max_subgroup_size: if has_size_ctl {
+            size_ctl.max_subgroup_size
+        } else {
+            subgroup.subgroup_size
+        },
+        subgroup_size_control: has_size_ctl,
+        subgroup_arithmetic: subgroup
+            .supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
+            && subgroup.supported_operations.contains(
+                vk::SubgroupFeatureFlags::BASIC
+                    | vk::SubgroupFeatureFlags::ARITHMETIC
+                    | vk::SubgroupFeatureFlags::SHUFFLE,
+            ),
+        max_storage_buffer_range: u64::from(limits.max_storage_buffer_range),
+        max_memory_allocation_size: m11.max_memory_allocation_size,
+        max_shared_memory: limits.max_compute_shared_memory_size,
+        max_workgroup_invocations: limits.max_compute_work_group_invocations,
+        max_workgroup_count: limits.max_compute_work_group_count,
+        max_push_constants: limits.max_push_constants_size,
+        storage_offset_alignment: limits.min_storage_buffer_offset_alignment.max(4),
+        shader_float16: f12.shader_float16 == vk::TRUE,
+        storage_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
+        shader_int8: f12.shader_int8 == vk::TRUE,
+        int_dot_accelerated,
+        coop_mat_f16,
+        timestamp_period_ns,
+        device_local_bytes,
+    };
+    (caps, exts)
+}
+
+/// Lists every Vulkan device, usable or not, in the order indices refer to them.
+///
+/// # Errors
+/// No Vulkan loader, or the instance cannot be created.
+pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+    let entry = load_entry()?;
+    let instance = create_instance(&entry)?;
+    // SAFETY: instance was just created.
+    let pds = unsafe { instance.enumerate_physical_devices() };
+    let out = pds
+        .map_err(|r| ModelError::vk("vkEnumeratePhysicalDevices", r))
+        .map(|pds| {
+            pds.iter()
+                .enumerate()
+                .map(|(index, &pd)| {
+                    let (caps, _) = read_caps(&entry, &instance, pd);
+                    let unusable =
+                        match (caps.check_required(), compute_queue_family(&instance, pd)) {
+                            (Err(e), _) => Some(e.to_string()),
+                            (Ok(()), None) => Some("no compute queue".into()),
+                            (Ok(()), Some(_)) => None,
+                        };
+                    DeviceInfo {
+                        index,
+                        caps,
+                        unusable,
+                    }
+                })
+                .collect()
+        });
+    // SAFETY: nothing created from the instance outlives this point.
+    unsafe { instance.destroy_instance(None) };
+    out
+}
+
+fn rank(t: vk::PhysicalDeviceType) -> u32 {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 3,
+        _ => 4,
+    }
+}
+
+/// The device index to use: `requested` if given, else `COMBS_DEVICE`, else none (auto).
+///
+/// # Errors
+/// `COMBS_DEVICE` is set but is not a non-negative integer.
+pub fn requested_device(requested: Option<usize>) -> Result<Option<usize>> {
+    if requested.is_some() {
+        return Ok(requested);
+    }
+    match std::env::var("COMBS_DEVICE") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<usize>().map(Some).map_err(|_| {
+            ModelError::invalid(
+                "COMBS_DEVICE",
+                format!("`{v}` is not a device index (see `combs info --devices`)"),
+            )
+        }),
+        _ => Ok(None),
+    }
+}
+
+impl GpuContext {
+    /// Opens a device: `index` if given, else `COMBS_DEVICE`, else the best available.
+    ///
+    /// # Errors
+    /// No loader or device, an index out of range, a device lacking a required
+    /// feature, or a failing Vulkan call.
+    pub fn new(index: Option<usize>) -> Result<Arc<Self>> {
+        let requested = requested_device(index)?;
+        let entry = load_entry()?;
+        let instance = create_instance(&entry)?;
+        match Self::open(entry, &instance, requested) {
+            Ok(ctx) => Ok(ctx),
+            Err(e) => {
+                // SAFETY: open() destroys what it created before failing.
+                unsafe { instance.destroy_instance(None) };
+                Err(e)
+            }
+        }
+    }
+
+    fn open(
+        entry: ash::Entry,
+        instance: &ash::Instance,
+        requested: Option<usize>,
+    ) -> Result<Arc<Self>> {
+        // SAFETY: instance is live.
+        let pds = unsafe { instance.enumerate_physical_devices() }
+            .map_err(|r| ModelError::vk("vkEnumeratePhysicalDevices", r))?;
+        if pds.is_empty() {
+            return Err(ModelError::NoDevice(
+                "the Vulkan loader found no device (install mesa-vulkan-drivers for a CPU device)"
+                    .into(),
+            ));
+        }
+        let candidates: Vec<(usize, vk::PhysicalDevice, DeviceCaps, Vec<String>)> = pds
+            .iter()
+            .enumerate()
+            .map(|(i, &pd)| {
+                let (caps, exts) = read_caps(&entry, instance, pd);
+                (i, pd, caps, exts)
+            })
+            .collect();
+        let chosen = match requested {
+            Some(i) => {
+                let c = candidates.get(i).ok_or_else(|| {
+                    ModelError::invalid(
+                        "device_index",
+                        format!("device {i} does not exist ({} devices)", candidates.len()),
+                    )
+                })?;
+                c.2.check_required()?;
+                if compute_queue_family(instance, c.1).is_none() {
+                    return Err(ModelError::MissingFeature {
+                        device: c.2.name.clone(),
+                        feature: "a compute queue".into(),
+                    });
+                }
+                c
+            }
+            None => {
+                let mut usable: Vec<_> = candidates
+                    .iter()
+                    .filter(|c| {
+                        c.2.check_required().is_ok()
+                            && compute_queue_family(instance, c.1).is_some()
+                    })
+                    .collect();
+                usable.sort_by_key(|c| (rank(c.2.device_type), c.0));
+                match usable.first() {
+                    Some(c) => *c,
+                    None => {
+                        // Report why the first device fails; that is the one users expect.
+                        candidates[0].2.check_required()?;
+                        return Err(ModelError::NoDevice("no device has a compute queue".into()));
+                    }
+                }
+            }
+        };
+        let (index, pd, caps, exts) = (chosen.0, chosen.1, chosen.2.clone(), &chosen.3);
+        let queue_family = compute_queue_family(instance, pd)
+            .ok_or_else(|| ModelError::Internal("compute queue vanished".into()))?;
+
+        let has_ext = |n: &CStr| exts.iter().any(|e| e.as_bytes() == n.to_bytes());
+        let mut ext_names: Vec<*const c_char> = Vec::new();
+        let coop = !caps.coop_mat_f16.is_empty() && has_ext(ash::khr::cooperative_matrix::NAME);
+        if coop {
+            ext_names.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
+        if has_ext(ash::khr::portability_subset::NAME) {
+            ext_names.push(ash::khr::portability_subset::NAME.as_ptr());
+        }
+
+        let priorities = [1.0f32];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(queue_family)
+            .queue_priorities(&priorities)];
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(caps.storage_16bit);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .shader_float16(caps.shader_float16)
+            .shader_int8(caps.shader_int8);
+        let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
+            .subgroup_size_control(caps.subgroup_size_control)
+            .compute_full_subgroups(caps.subgroup_size_control);
+        let mut coop_feat =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut features = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        if caps.api_version >= vk::API_VERSION_1_3 {
+            features = features.push_next(&mut f13);
+        }
+        if coop {
+            features = features.push_next(&mut coop_feat);
+        }
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_info)
+            .enabled_extension_names(&ext_names)
+            .push_next(&mut features);
+        // SAFETY: pd belongs to instance; info's pointers outlive the call.
+        let device = unsafe { instance.create_device(pd, &info, None) }
+            .map_err(|r| ModelError::vk("vkCreateDevice", r))?;
+        // SAFETY: family and index were requested in create info.
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.clone(),
+            device: device.clone(),
+            physical_device: pd,
+            debug_settings: AllocatorDebugSettings::default(),
+            buffer_device_address: false,
+            allocation_sizes: AllocationSizes::new(64 << 20, 16 << 20),
+        });
+        let allocator = match allocator {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: nothing was created from the device yet.
+                unsafe { device.destroy_device(None) };
+                return Err(ModelError::Allocation {
+                    what: "allocator".into(),
+                    reason: e.to_string(),
+                });
+            }
+        };
+        Ok(Arc::new(GpuContext {
+            _entry: entry,
+            instance: instance.clone(),
+            physical: pd,
+            device,
+            queue: Mutex::new(queue),
+            queue_family,
+            allocator: ManuallyDrop::new(Mutex::new(allocator)),
+            caps,
+            index,
+            pipelines: PipelineCache::default(),
+        }))
+    }
+
+    /// The logical device.
+    pub fn device(&self) -> &ash::Device {
+        &self.device
+    }
+
+    /// The physical device handle.
+    pub fn physical_device(&self) -> vk::PhysicalDevice {
+        self.physical
+    }
+
+    /// The Vulkan instance.
+    pub fn instance(&self) -> &ash::Instance {
+        &self.instance
+    }
+
+    /// Limits and features of the device.
+    pub fn caps(&self) -> &DeviceCaps {
+        &self.caps
+    }
+
+    /// Index of the device in [`list_devices`] order.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Queue family of the compute queue.
+    pub fn queue_family(&self) -> u32 {
+        self.queue_family
+    }
+
+    /// Locks the compute queue for a submission.
+    pub(crate) fn queue(&self) -> MutexGuard<'_, vk::Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Locks the memory allocator.
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, Allocator> {
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for GpuContext {
+    fn drop(&mut self) {
+        // SAFETY: every object created from this device holds an Arc to the context,
+        // so none is alive now; wait for the queue before tearing down.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.pipelines.destroy(&self.device);
+            ManuallyDrop::drop(&mut self.allocator);
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Vulkan through ash: device choice, memory, pipelines from embedded SPIR-V,
+//! replayable command recordings, staging transfers and timestamps. All
+//! `unsafe` Vulkan calls of the crate live here.
+
+pub mod buffer;
+pub mod caps;
+pub mod command;
+pub mod context;
+pub mod kernels;
+pub mod pipeline;
+pub mod transfer;
+
+pub use buffer::{Buffer, MemoryKind};
+pub use caps::DeviceCaps;
+pub use command::{Access, Binding, Recording, groups_1d, run_once};
+pub use context::{DeviceInfo, GpuContext, list_devices};
+pub use kernels::Kernel;
+pub use transfer::{Uploader, download_vec, upload_new};

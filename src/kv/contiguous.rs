@@ -1,0 +1,154 @@
+//! `ContiguousKVCache`: one sequence, `n_ctx` f16 rows of `n_head_kv ×
+//! head_dim` per layer for K and for V. Sliding-window layers keep a ring of
+//! `window + max_batch` rows instead, when that is smaller.
+
+use std::sync::Arc;
+
+use super::{AttentionIo, CacheKind, KVCache, LayerGeometry};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording};
+use crate::ops::attention::{CacheAddressing, record_attention, record_kv_store};
+
+struct LayerCache {
+    k: Arc<Buffer>,
+    v: Arc<Buffer>,
+    rows: usize,
+    ring: usize,
+}
+
+/// A contiguous KV cache for one sequence.
+pub struct ContiguousKVCache {
+    layers: Vec<LayerCache>,
+    n_ctx: usize,
+    len: usize,
+    pending: usize,
+    /// One page covering the whole cache: page 0.
+    page_table: Arc<Buffer>,
+    /// Per token, index 0 into `page_table` (sized for the largest batch).
+    seq_base: Arc<Buffer>,
+}
+
+impl ContiguousKVCache {
+    /// Allocates the cache for `layers` (one geometry per layer) and `n_ctx` positions.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn new(
+        ctx: &Arc<GpuContext>,
+        layers: &[LayerGeometry],
+        n_ctx: usize,
+        max_batch: usize,
+    ) -> Result<Self> {
+        let max_batch = max_batch.max(1);
+        let mut out = Vec::with_capacity(layers.len());
+        for (il, g) in layers.iter().enumerate() {
+            let ring_rows = g.window + max_batch;
+            let (rows, ring) = if g.window > 0 && ring_rows < n_ctx {
+                (ring_rows, ring_rows)
+            } else {
+                (n_ctx, 0)
+            };
+            let bytes = (rows * g.n_head_kv * g.head_dim * 2) as u64;
+            let k = Buffer::new(ctx, bytes, MemoryKind::Device, &format!("cache_k.{il}"))?;
+            let v = Buffer::new(ctx, bytes, MemoryKind::Device, &format!("cache_v.{il}"))?;
+            out.push(LayerCache { k, v, rows, ring });
+        }
+        let page_table = Buffer::new(ctx, 4, MemoryKind::Upload, "page table")?;
+        page_table.write_slice(0, &[0i32])?;
+        let seq_base = Buffer::new(ctx, 4 * max_batch as u64, MemoryKind::Upload, "seq base")?;
+        seq_base.write_slice(0, &vec![0i32; max_batch])?;
+        Ok(ContiguousKVCache {
+            layers: out,
+            n_ctx,
+            len: 0,
+            pending: 0,
+            page_table,
+            seq_base,
+        })
+    }
+
+    fn check_len(&self, n_keep: usize) -> Result<()> {
+        if n_keep > self.len {
+            return Err(ModelError::invalid(
+                "n_keep",
+                format!("{n_keep} is past the {} positions held", self.len),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl KVCache for ContiguousKVCache {
+    fn kind(&self) -> CacheKind {
+        CacheKind::Contiguous
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        if self.len + n > self.n_ctx {
+            return Err(ModelError::ContextFull {
+                n_ctx: self.n_ctx,
+                requested: self.len + n,
+            });
+        }
+        self.pending = n;
+        Ok(())
+    }
+
+    fn commit(&mut self, n: usize) {
+        self.len = (self.len + n.min(self.pending)).min(self.n_ctx);
+        self.pending = 0;
+    }
+
+    fn truncate(&mut self, n_keep: usize) -> Result<()> {
+        self.check_len(n_keep)?;
+        self.len = n_keep;
+        Ok(())
+    }
+
+    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
+        let layer = self
+            .layers
+            .get(il)
+            .ok_or_else(|| ModelError::Internal(format!("cache has no layer {il}")))?;
+        if io.n_tokens * 4 > self.seq_base.size() as usize {
+            return Err(ModelError::Internal(format!(
+                "{} tokens in one call, cache sized for {}",
+                io.n_tokens,
+                self.seq_base.size() / 4
+            )));
+        }
+        let at = CacheAddressing {
+            positions: io.positions,
+            page_table: &self.page_table,
+            seq_base: &self.seq_base,
+            page_size: layer.rows,
+            ring: layer.ring,
+        };
+        let width = io.shape.n_head_kv * io.shape.head_dim;
+        record_kv_store(rec, io.k, io.n_tokens, width, &layer.k, at)?;
+        record_kv_store(rec, io.v, io.n_tokens, width, &layer.v, at)?;
+        record_attention(
+            rec,
+            io.q,
+            io.o,
+            io.n_tokens,
+            io.shape,
+            &layer.k,
+            &layer.v,
+            at,
+            io.opts,
+        )
+    }
+
+    fn device_bytes(&self) -> u64 {
+        self.layers.iter().map(|l| l.k.size() + l.v.size()).sum()
+    }
+}

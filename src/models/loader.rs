@@ -1,0 +1,155 @@
+//! Loading tensors from a GGUF file onto the device with their shapes checked
+//! against what the architecture expects, and load progress on a terminal.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use crate::error::{ModelError, Result};
+use crate::formats::gguf::{GgufFile, TensorInfo};
+use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
+use crate::quant::{QuantWeight, dequantize_vec};
+
+/// Reads tensors of one file onto one device, counting bytes for a progress bar.
+pub struct TensorLoader<'a> {
+    ctx: Arc<GpuContext>,
+    gguf: &'a GgufFile,
+    up: Uploader,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl<'a> TensorLoader<'a> {
+    /// A loader for `gguf`; `show_progress` draws a bar when stderr is a terminal.
+    ///
+    /// # Errors
+    /// The staging ring cannot be allocated.
+    pub fn new(ctx: &Arc<GpuContext>, gguf: &'a GgufFile, show_progress: bool) -> Result<Self> {
+        let bar = (show_progress && std::io::stderr().is_terminal()).then(|| {
+            let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "loading {bar:40} {bytes}/{total_bytes} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Ok(TensorLoader {
+            ctx: ctx.clone(),
+            gguf,
+            up: Uploader::new(ctx)?,
+            bar,
+        })
+    }
+
+    fn info(&self, name: &str) -> Result<&'a TensorInfo> {
+        self.gguf
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })
+    }
+
+    fn check_dims(t: &TensorInfo, expected: &[usize]) -> Result<()> {
+        let got: Vec<u64> = t.dims.clone();
+        let want: Vec<u64> = expected.iter().map(|&d| d as u64).collect();
+        // Trailing 1s are not significant (ggml pads dims with 1).
+        let trim = |v: &[u64]| {
+            let mut v = v.to_vec();
+            while v.len() > 1 && v.last() == Some(&1) {
+                v.pop();
+            }
+            v
+        };
+        if trim(&got) != trim(&want) {
+            return Err(ModelError::Shape {
+                tensor: t.name.clone(),
+                expected: want,
+                got,
+            });
+        }
+        Ok(())
+    }
+
+    fn advance(&self, t: &TensorInfo) {
+        if let Some(bar) = &self.bar {
+            bar.inc(t.n_bytes);
+        }
+    }
+
+    /// Whether the file has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
+    /// Loads a matrix `[rows, cols]` (GGUF dims `[cols, rows]`) in its stored format.
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape, unsupported type, device errors.
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QuantWeight> {
+        let t = self.info(name)?;
+        Self::check_dims(t, &[cols, rows])?;
+        let qtype = t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
+            tensor: name.into(),
+            ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
+        })?;
+        let w = QuantWeight::from_gguf_bytes(
+            &self.ctx,
+            &mut self.up,
+            name,
+            qtype,
+            rows,
+            cols,
+            self.gguf.tensor_data(t),
+        )?;
+        self.advance(t);
+        Ok(w)
+    }
+
+    /// Loads a vector of `len` values (any stored type) as f32 on the device.
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape, unsupported type, device errors.
+    pub fn vector(&mut self, name: &str, len: usize) -> Result<Arc<Buffer>> {
+        let v = self.vector_host(name, len)?;
+        upload_new(&self.ctx, bytemuck::cast_slice(&v), name)
+    }
+
+    /// Reads a vector of `len` values (any stored type) as f32 on the host.
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape, unsupported type.
+    pub fn vector_host(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let t = self.info(name)?;
+        Self::check_dims(t, &[len])?;
+        let qtype = t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
+            tensor: name.into(),
+            ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
+        })?;
+        let v = dequantize_vec(qtype, self.gguf.tensor_data(t), len)?;
+        self.advance(t);
+        Ok(v)
+    }
+
+    /// Loads `name` if present.
+    ///
+    /// # Errors
+    /// As [`TensorLoader::vector`] for a present tensor.
+    pub fn optional_vector(&mut self, name: &str, len: usize) -> Result<Option<Arc<Buffer>>> {
+        if self.has(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Waits for every upload and clears the progress bar.
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn finish(mut self) -> Result<()> {
+        self.up.flush()?;
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        Ok(())
+    }
+}

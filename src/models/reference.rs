@@ -1,0 +1,308 @@
+//! `ReferenceModel`: a plain CPU forward pass of the Llama family in f64
+//! accumulation over dequantized weights, driven by the same `ArchSpec`. It
+//! defines "correct" for the GPU model in tests on small files; it is slow
+//! and keeps every weight as f32 in RAM.
+
+use super::spec::ArchSpec;
+use crate::error::{ModelError, Result};
+use crate::formats::gguf::GgufFile;
+use crate::ops::glu::act_ref;
+use crate::ops::rms_norm::rms_norm_ref;
+use crate::ops::rope::{RopeScaling, inv_freq, rope_ref};
+use crate::quant::dequantize_vec;
+
+struct Mat {
+    rows: usize,
+    cols: usize,
+    w: Vec<f32>,
+}
+
+impl Mat {
+    fn apply(&self, x: &[f32]) -> Vec<f32> {
+        (0..self.rows)
+            .map(|r| {
+                self.w[r * self.cols..(r + 1) * self.cols]
+                    .iter()
+                    .zip(x)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+}
+
+struct RefBlock {
+    attn_norm: Vec<f32>,
+    wq: Mat,
+    wk: Mat,
+    wv: Mat,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    wo: Mat,
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate: Mat,
+    up: Mat,
+    down: Mat,
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A CPU reference forward pass with its own KV history.
+pub struct ReferenceModel {
+    spec: ArchSpec,
+    token_embd: Mat,
+    output_norm: Vec<f32>,
+    output: Option<Mat>,
+    blocks: Vec<RefBlock>,
+    /// Per layer, per position: (k, v) after rope.
+    cache: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+}
+
+fn tensor(g: &GgufFile, name: &str) -> Result<(Vec<f32>, Vec<u64>)> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+    let qt = t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
+        tensor: name.into(),
+        ggml_type: t.ggml_type.to_string(),
+    })?;
+    let v = dequantize_vec(qt, g.tensor_data(t), t.n_elements as usize)?;
+    Ok((v, t.dims.clone()))
+}
+
+fn mat(g: &GgufFile, name: &str) -> Result<Mat> {
+    let (w, dims) = tensor(g, name)?;
+    let cols = dims.first().copied().unwrap_or(1) as usize;
+    let rows = dims.get(1).copied().unwrap_or(1) as usize;
+    Ok(Mat { rows, cols, w })
+}
+
+fn vector(g: &GgufFile, name: &str) -> Result<Vec<f32>> {
+    tensor(g, name).map(|(v, _)| v)
+}
+
+fn opt_vector(g: &GgufFile, name: &str) -> Result<Option<Vec<f32>>> {
+    if g.tensor(name).is_some() {
+        vector(g, name).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Splits rows `[a, b)` of a matrix off as its own matrix.
+fn rows_of(m: &Mat, a: usize, b: usize) -> Mat {
+    Mat {
+        rows: b - a,
+        cols: m.cols,
+        w: m.w[a * m.cols..b * m.cols].to_vec(),
+    }
+}
+
+impl ReferenceModel {
+    /// Loads every weight of the file as f32.
+    ///
+    /// # Errors
+    /// Missing tensors or unsupported types.
+    pub fn load(g: &GgufFile, spec: ArchSpec) -> Result<Self> {
+        let mut blocks = Vec::new();
+        let (q, kv, ff) = (spec.n_q(), spec.n_kv(), spec.n_ff);
+        for il in 0..spec.n_layer {
+            let p = format!("blk.{il}");
+            let (wq, wk, wv) = if spec.fused_qkv {
+                let m = mat(g, &format!("{p}.attn_qkv.weight"))?;
+                (
+                    rows_of(&m, 0, q),
+                    rows_of(&m, q, q + kv),
+                    rows_of(&m, q + kv, q + 2 * kv),
+                )
+            } else {
+                (
+                    mat(g, &format!("{p}.attn_q.weight"))?,
+                    mat(g, &format!("{p}.attn_k.weight"))?,
+                    mat(g, &format!("{p}.attn_v.weight"))?,
+                )
+            };
+            let (gate, up) = if spec.fused_gate_up {
+                let m = mat(g, &format!("{p}.ffn_up.weight"))?;
+                (rows_of(&m, 0, ff), rows_of(&m, ff, 2 * ff))
+            } else {
+                (
+                    mat(g, &format!("{p}.ffn_gate.weight"))?,
+                    mat(g, &format!("{p}.ffn_up.weight"))?,
+                )
+            };
+            blocks.push(RefBlock {
+                attn_norm: vector(g, &format!("{p}.attn_norm.weight"))?,
+                wq,
+                wk,
+                wv,
+                bq: opt_vector(g, &format!("{p}.attn_q.bias"))?,
+                bk: opt_vector(g, &format!("{p}.attn_k.bias"))?,
+                bv: opt_vector(g, &format!("{p}.attn_v.bias"))?,
+                q_norm: opt_vector(g, &format!("{p}.attn_q_norm.weight"))?,
+                k_norm: opt_vector(g, &format!("{p}.attn_k_norm.weight"))?,
+                wo: mat(g, &format!("{p}.attn_output.weight"))?,
+                post_attn_norm: opt_vector(g, &format!("{p}.post_attention_norm.weight"))?,
+                ffn_norm: vector(g, &format!("{p}.ffn_norm.weight"))?,
+                gate,
+                up,
+                down: mat(g, &format!("{p}.ffn_down.weight"))?,
+                post_ffn_norm: opt_vector(g, &format!("{p}.post_ffw_norm.weight"))?,
+            });
+        }
+        Ok(ReferenceModel {
+            token_embd: mat(g, "token_embd.weight")?,
+            output_norm: vector(g, "output_norm.weight")?,
+            output: if g.tensor("output.weight").is_some() {
+                Some(mat(g, "output.weight")?)
+            } else {
+                None
+            },
+            cache: vec![Vec::new(); spec.n_layer],
+            blocks,
+            spec,
+        })
+    }
+
+    /// Runs one token at the next position and returns its logits.
+    ///
+    /// # Errors
+    /// Token id out of range.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        let sp = self.spec.clone();
+        let (e, hd) = (sp.n_embd, sp.head_dim);
+        let t = token as usize;
+        if t >= sp.n_vocab {
+            return Err(ModelError::TokenOutOfRange {
+                token: i64::from(token),
+                n_vocab: sp.n_vocab,
+            });
+        }
+        let pos = self.cache[0].len();
+        let mut x: Vec<f32> = self.token_embd.w[t * e..(t + 1) * e]
+            .iter()
+            .map(|v| v * sp.embed_scale)
+            .collect();
+        let norm = |v: &[f32], w: &[f32]| rms_norm_ref(v, Some(w), sp.norm_flavor, sp.norm_eps);
+        let add_bias = |mut v: Vec<f32>, b: &Option<Vec<f32>>| {
+            if let Some(b) = b {
+                v.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            }
+            v
+        };
+        for (il, b) in self.blocks.iter().enumerate() {
+            let xn = norm(&x, &b.attn_norm);
+            let mut q = add_bias(b.wq.apply(&xn), &b.bq);
+            let mut k = add_bias(b.wk.apply(&xn), &b.bk);
+            let v = add_bias(b.wv.apply(&xn), &b.bv);
+            if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+                for h in q.chunks_mut(hd) {
+                    let n = norm(h, qn);
+                    h.copy_from_slice(&n);
+                }
+                for h in k.chunks_mut(hd) {
+                    let n = norm(h, kn);
+                    h.copy_from_slice(&n);
+                }
+            }
+            let local = sp.window_of(il) > 0 && sp.family == super::Family::Gemma3;
+            let (base, scaling) = if local {
+                (sp.rope_base_local, RopeScaling::None)
+            } else {
+                (sp.rope_base, sp.rope_scaling.clone())
+            };
+            let f = inv_freq(sp.n_rot, base, &scaling);
+            for h in q.chunks_mut(hd) {
+                rope_ref(
+                    h,
+                    pos as i32,
+                    &f,
+                    sp.n_rot,
+                    sp.rope_style,
+                    sp.rope_attn_factor,
+                );
+            }
+            for h in k.chunks_mut(hd) {
+                rope_ref(
+                    h,
+                    pos as i32,
+                    &f,
+                    sp.n_rot,
+                    sp.rope_style,
+                    sp.rope_attn_factor,
+                );
+            }
+            self.cache[il].push((k, v));
+            let hist = &self.cache[il];
+            let window = sp.window_of(il);
+            let lo = if window > 0 {
+                (pos + 1).saturating_sub(window)
+            } else {
+                0
+            };
+            let group = sp.n_head / sp.n_head_kv;
+            let mut attn = vec![0.0f32; sp.n_q()];
+            for h in 0..sp.n_head {
+                let kvh = h / group;
+                let qh = &q[h * hd..(h + 1) * hd];
+                let scores: Vec<f64> = (lo..=pos)
+                    .map(|j| {
+                        let kj = &hist[j].0[kvh * hd..(kvh + 1) * hd];
+                        let mut s = qh
+                            .iter()
+                            .zip(kj)
+                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                            .sum::<f64>()
+                            * f64::from(sp.attn_scale);
+                        if sp.attn_softcap > 0.0 {
+                            let c = f64::from(sp.attn_softcap);
+                            s = c * (s / c).tanh();
+                        }
+                        s
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let sum: f64 = w.iter().sum();
+                for d in 0..hd {
+                    let acc: f64 = (lo..=pos)
+                        .zip(&w)
+                        .map(|(j, wj)| wj * f64::from(hist[j].1[kvh * hd + d]))
+                        .sum();
+                    attn[h * hd + d] = (acc / sum) as f32;
+                }
+            }
+            let o = b.wo.apply(&attn);
+            let o = match &b.post_attn_norm {
+                Some(pn) => norm(&o, pn),
+                None => o,
+            };
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let xn = norm(&x, &b.ffn_norm);
+            let gt = b.gate.apply(&xn);
+            let up = b.up.apply(&xn);
+            let hidden: Vec<f32> = gt
+                .iter()
+                .zip(&up)
+                .map(|(&g, &u)| act_ref(sp.activation, g) * u)
+                .collect();
+            let d = b.down.apply(&hidden);
+            let d = match &b.post_ffn_norm {
+                Some(pn) => norm(&d, pn),
+                None => d,
+            };
+            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+        }
+        let xn = norm(&x, &self.output_norm);
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let mut logits = head.apply(&xn);
+        if sp.final_softcap > 0.0 {
+            let c = sp.final_softcap;
+            logits.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
+        }
+        Ok(logits)
+    }
+}

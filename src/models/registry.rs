@@ -1,0 +1,141 @@
+//! `ModelRegistry`: maps an architecture name (`general.architecture` in
+//! GGUF, `model_type` / class names of `config.json`, and common aliases) to
+//! the family and loader that runs it.
+
+use std::sync::Arc;
+
+use super::GenerativeModel;
+use super::llama::LlamaModel;
+use super::spec::{ArchSpec, Family};
+use crate::error::{ModelError, Result};
+use crate::formats::gguf::GgufFile;
+use crate::gpu::GpuContext;
+
+/// Loads a generative model of a known family from a GGUF file.
+pub type Loader =
+    fn(&Arc<GpuContext>, &GgufFile, ArchSpec, &LoadOptions) -> Result<Arc<dyn GenerativeModel>>;
+
+/// Options that apply while loading weights.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Show a progress bar on a terminal.
+    pub show_progress: bool,
+}
+
+/// One registered architecture.
+pub struct Registration {
+    /// Names that select it (lower case).
+    pub names: &'static [&'static str],
+    /// The family it resolves to.
+    pub family: Family,
+    /// Its loader.
+    pub loader: Loader,
+}
+
+fn load_llama(
+    ctx: &Arc<GpuContext>,
+    g: &GgufFile,
+    spec: ArchSpec,
+    opts: &LoadOptions,
+) -> Result<Arc<dyn GenerativeModel>> {
+    Ok(Arc::new(LlamaModel::load(ctx, g, spec, opts)?))
+}
+
+/// Every architecture combs runs.
+pub struct ModelRegistry {
+    entries: Vec<Registration>,
+}
+
+impl Default for ModelRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ModelRegistry {
+    /// The built-in registry.
+    pub fn new() -> Self {
+        let entries = vec![
+            Registration {
+                names: &[
+                    "llama",
+                    "smollm",
+                    "smollm2",
+                    "llamaforcausallm",
+                    "tinyllama",
+                ],
+                family: Family::Llama,
+                loader: load_llama,
+            },
+            Registration {
+                names: &["mistral", "mistralforcausallm"],
+                family: Family::Mistral,
+                loader: load_llama,
+            },
+            Registration {
+                names: &["qwen2", "qwen2forcausallm", "qwen2.5"],
+                family: Family::Qwen2,
+                loader: load_llama,
+            },
+            Registration {
+                names: &["qwen3", "qwen3forcausallm"],
+                family: Family::Qwen3,
+                loader: load_llama,
+            },
+            Registration {
+                names: &[
+                    "gemma3",
+                    "gemma3_text",
+                    "gemma3forcausallm",
+                    "gemma3forconditionalgeneration",
+                ],
+                family: Family::Gemma3,
+                loader: load_llama,
+            },
+            Registration {
+                names: &["phi3", "phi3forcausallm", "phi-3"],
+                family: Family::Phi3,
+                loader: load_llama,
+            },
+        ];
+        ModelRegistry { entries }
+    }
+
+    /// The registration for `name`, case-insensitively.
+    pub fn lookup(&self, name: &str) -> Option<&Registration> {
+        let lower = name.to_ascii_lowercase();
+        self.entries
+            .iter()
+            .find(|r| r.names.iter().any(|n| *n == lower))
+    }
+
+    /// Resolves the file's architecture into an [`ArchSpec`].
+    ///
+    /// # Errors
+    /// `UnsupportedArchitecture` naming the architecture, or bad metadata.
+    pub fn resolve(&self, g: &GgufFile) -> Result<ArchSpec> {
+        let arch = g.architecture()?;
+        let reg = self
+            .lookup(arch)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(arch.to_string()))?;
+        ArchSpec::from_gguf(g, reg.family)
+    }
+
+    /// Resolves and loads a generative model.
+    ///
+    /// # Errors
+    /// As [`ModelRegistry::resolve`], plus missing tensors and device errors.
+    pub fn load(
+        &self,
+        ctx: &Arc<GpuContext>,
+        g: &GgufFile,
+        opts: &LoadOptions,
+    ) -> Result<Arc<dyn GenerativeModel>> {
+        let arch = g.architecture()?;
+        let reg = self
+            .lookup(arch)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(arch.to_string()))?;
+        let spec = ArchSpec::from_gguf(g, reg.family)?;
+        (reg.loader)(ctx, g, spec, opts)
+    }
+}

@@ -1,0 +1,118 @@
+//! `Scratch`: the activation buffers of forward calls for one session, sized
+//! once for the largest call, plus the host-visible inputs (token ids,
+//! positions) and the host-visible logits the CPU reads.
+
+use std::sync::Arc;
+
+use super::spec::ArchSpec;
+use crate::error::{ModelError, Result};
+use crate::gpu::{Buffer, GpuContext, MemoryKind};
+
+/// Activation buffers and host-visible inputs/outputs of forward calls.
+pub struct Scratch {
+    /// Most tokens one call may carry.
+    pub max_tokens: usize,
+    /// Most logit rows one call may produce.
+    pub max_logit_rows: usize,
+    /// Vocabulary size (floats per logit row).
+    pub n_vocab: usize,
+    /// Token ids, i32, host-visible.
+    pub ids: Arc<Buffer>,
+    /// Positions, i32, host-visible.
+    pub positions: Arc<Buffer>,
+    /// Residual stream `[max_tokens, n_embd]`.
+    pub x: Arc<Buffer>,
+    /// Normalized residual `[max_tokens, n_embd]`.
+    pub xn: Arc<Buffer>,
+    /// Staging for post-norms `[max_tokens, n_embd]`.
+    pub tmp: Arc<Buffer>,
+    /// Queries (or fused QKV) `[max_tokens, ld_q]`.
+    pub q: Arc<Buffer>,
+    /// Keys `[max_tokens, n_kv]`.
+    pub k: Arc<Buffer>,
+    /// Values `[max_tokens, n_kv]`.
+    pub v: Arc<Buffer>,
+    /// Attention output `[max_tokens, n_q]`.
+    pub attn: Arc<Buffer>,
+    /// FFN gate `[max_tokens, n_ff]`.
+    pub gate: Arc<Buffer>,
+    /// FFN up (or fused gate/up) `[max_tokens, ld_up]`.
+    pub up: Arc<Buffer>,
+    /// FFN activation `[max_tokens, n_ff]`.
+    pub hidden: Arc<Buffer>,
+    /// Logits `[max_logit_rows, n_vocab]`, host-visible.
+    pub logits: Arc<Buffer>,
+    /// Floats per token of `q` (`n_q`, or `n_q + 2 n_kv` when fused).
+    pub ld_q: usize,
+    /// Floats per token of `up` (`n_ff`, or `2 n_ff` when fused).
+    pub ld_up: usize,
+}
+
+impl Scratch {
+    /// Allocates scratch for `spec`.
+    ///
+    /// # Errors
+    /// Out of device memory, or a logits buffer beyond one descriptor's range.
+    pub fn new(
+        ctx: &Arc<GpuContext>,
+        spec: &ArchSpec,
+        max_tokens: usize,
+        max_logit_rows: usize,
+    ) -> Result<Self> {
+        let max_tokens = max_tokens.max(1);
+        let max_binding = ctx.caps().max_binding_bytes(4) as usize;
+        let row_bytes = spec.n_vocab * 4;
+        let max_logit_rows = max_logit_rows.clamp(1, (max_binding / row_bytes).max(1));
+        if row_bytes > max_binding {
+            return Err(ModelError::MissingFeature {
+                device: ctx.caps().name.clone(),
+                feature: format!(
+                    "a storage buffer range of {row_bytes} bytes for one row of logits"
+                ),
+            });
+        }
+        let ld_q = if spec.fused_qkv {
+            spec.n_q() + 2 * spec.n_kv()
+        } else {
+            spec.n_q()
+        };
+        let ld_up = if spec.fused_gate_up {
+            2 * spec.n_ff
+        } else {
+            spec.n_ff
+        };
+        let dev = |floats: usize, name: &str| {
+            Buffer::new(
+                ctx,
+                (4 * floats * max_tokens) as u64,
+                MemoryKind::Device,
+                name,
+            )
+        };
+        Ok(Scratch {
+            max_tokens,
+            max_logit_rows,
+            n_vocab: spec.n_vocab,
+            ids: Buffer::new(ctx, 4 * max_tokens as u64, MemoryKind::Upload, "ids")?,
+            positions: Buffer::new(ctx, 4 * max_tokens as u64, MemoryKind::Upload, "positions")?,
+            x: dev(spec.n_embd, "x")?,
+            xn: dev(spec.n_embd, "xn")?,
+            tmp: dev(spec.n_embd, "tmp")?,
+            q: dev(ld_q, "q")?,
+            k: dev(spec.n_kv(), "k")?,
+            v: dev(spec.n_kv(), "v")?,
+            attn: dev(spec.n_q(), "attn")?,
+            gate: dev(spec.n_ff, "gate")?,
+            up: dev(ld_up, "up")?,
+            hidden: dev(spec.n_ff, "hidden")?,
+            logits: Buffer::new(
+                ctx,
+                (row_bytes * max_logit_rows) as u64,
+                MemoryKind::Readback,
+                "logits",
+            )?,
+            ld_q,
+            ld_up,
+        })
+    }
+}

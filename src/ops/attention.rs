@@ -1,0 +1,255 @@
+//! `attention` and `kv_store`: causal (optionally sliding-window, optionally
+//! soft-capped) grouped-query attention over an f16 KV cache read through a
+//! page table, with an online softmax so the score matrix is never stored;
+//! and the store of new K/V rows into that cache. Numerics follow llama.cpp's
+//! `ggml_soft_max_ext` over `scale * q·k` (with `ggml_tanh` soft-capping).
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{ELEMENTWISE_WG, View, kernel_subgroup, pc_u32};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
+
+/// Push constants of `glsl/attention.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct AttentionParams {
+    /// Query tokens.
+    pub n_tokens: u32,
+    /// Query heads.
+    pub n_head: u32,
+    /// KV heads.
+    pub n_head_kv: u32,
+    /// Floats per head.
+    pub head_dim: u32,
+    /// Floats between tokens of q.
+    pub ld_q: u32,
+    /// Float index of q's token 0.
+    pub q_offset: u32,
+    /// Floats between tokens of o.
+    pub ld_o: u32,
+    /// Float index of o's token 0.
+    pub o_offset: u32,
+    /// Multiplier of q·k.
+    pub scale: f32,
+    /// Soft-cap of the scores (0: none).
+    pub softcap: f32,
+    /// Sliding window in positions (0: full).
+    pub window: u32,
+    /// Cache rows per page.
+    pub page_size: u32,
+    /// Ring size of a window-only cache (0: none).
+    pub ring: u32,
+}
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 52);
+
+/// Push constants of `glsl/kv_store.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct KvStoreParams {
+    /// Tokens.
+    pub n_tokens: u32,
+    /// Floats per token row.
+    pub width: u32,
+    /// Floats between tokens of the source.
+    pub ld: u32,
+    /// Float index of the source's token 0.
+    pub offset: u32,
+    /// Cache rows per page.
+    pub page_size: u32,
+    /// Ring size (0: none).
+    pub ring: u32,
+}
+const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 24);
+
+/// Where one layer's K or V cache rows live and how positions map to them.
+#[derive(Clone, Copy)]
+pub struct CacheAddressing<'a> {
+    /// Token positions, one i32 per query token.
+    pub positions: &'a Arc<Buffer>,
+    /// Page tables of all sequences, i32 page indices.
+    pub page_table: &'a Arc<Buffer>,
+    /// Per query token, the index in `page_table` where its sequence's table starts.
+    pub seq_base: &'a Arc<Buffer>,
+    /// Cache rows per page.
+    pub page_size: usize,
+    /// Ring size of a window-only cache, 0 otherwise.
+    pub ring: usize,
+}
+
+/// Head geometry of an attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads (divides `n_head`).
+    pub n_head_kv: usize,
+    /// Floats per head (even, at most 256).
+    pub head_dim: usize,
+}
+
+/// Largest head dimension the kernel holds in shared memory.
+pub const MAX_HEAD_DIM: usize = 256;
+const ATTN_WG: u32 = 64;
+
+/// Records the store of `n_tokens` rows of `width` floats from `src` into `cache` (f16).
+///
+/// # Errors
+/// An odd width or a value beyond 32 bits.
+pub fn record_kv_store(
+    rec: &mut Recording,
+    src: View<'_>,
+    n_tokens: usize,
+    width: usize,
+    cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+) -> Result<()> {
+    if !width.is_multiple_of(2) {
+        return Err(ModelError::invalid("kv width", format!("{width} is odd")));
+    }
+    let params = KvStoreParams {
+        n_tokens: pc_u32("n_tokens", n_tokens)?,
+        width: pc_u32("width", width)?,
+        ld: pc_u32("ld", src.ld)?,
+        offset: pc_u32("offset", src.offset)?,
+        page_size: pc_u32("page_size", at.page_size)?,
+        ring: pc_u32("ring", at.ring)?,
+    };
+    let n = pc_u32("kv_store threads", n_tokens * width / 2)?;
+    let groups = groups_1d(rec.context(), n.div_ceil(ELEMENTWISE_WG));
+    rec.dispatch(
+        Kernel::KvStoreF32F16,
+        &[ELEMENTWISE_WG],
+        &[
+            Binding::read(src.buf),
+            Binding::write(cache),
+            Binding::read(at.positions),
+            Binding::read(at.page_table),
+            Binding::read(at.seq_base),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}
+
+/// Options of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionOptions {
+    /// Multiplier of q·k (usually 1/√head_dim).
+    pub scale: f32,
+    /// Soft-cap (0: none).
+    pub softcap: f32,
+    /// Sliding window (0: full causal).
+    pub window: usize,
+}
+
+/// Records attention of `n_tokens` query rows of `q` into `o`.
+///
+/// # Errors
+/// Head geometry the kernel does not support, or a value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_attention(
+    rec: &mut Recording,
+    q: View<'_>,
+    o: View<'_>,
+    n_tokens: usize,
+    shape: AttentionShape,
+    k_cache: &Arc<Buffer>,
+    v_cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+    opts: AttentionOptions,
+) -> Result<()> {
+    if !shape.head_dim.is_multiple_of(2)
+        || shape.head_dim > MAX_HEAD_DIM
+        || shape.n_head_kv == 0
+        || !shape.n_head.is_multiple_of(shape.n_head_kv)
+    {
+        return Err(ModelError::invalid(
+            "attention shape",
+            format!(
+                "{} heads, {} KV heads, head dim {} (need an even head dim <= {MAX_HEAD_DIM} \
+                 and KV heads dividing heads)",
+                shape.n_head, shape.n_head_kv, shape.head_dim
+            ),
+        ));
+    }
+    let params = AttentionParams {
+        n_tokens: pc_u32("n_tokens", n_tokens)?,
+        n_head: pc_u32("n_head", shape.n_head)?,
+        n_head_kv: pc_u32("n_head_kv", shape.n_head_kv)?,
+        head_dim: pc_u32("head_dim", shape.head_dim)?,
+        ld_q: pc_u32("ld_q", q.ld)?,
+        q_offset: pc_u32("q_offset", q.offset)?,
+        ld_o: pc_u32("ld_o", o.ld)?,
+        o_offset: pc_u32("o_offset", o.offset)?,
+        scale: opts.scale,
+        softcap: opts.softcap,
+        window: pc_u32("window", opts.window)?,
+        page_size: pc_u32("page_size", at.page_size)?,
+        ring: pc_u32("ring", at.ring)?,
+    };
+    let ctx = rec.context().clone();
+    let groups = groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?);
+    rec.dispatch(
+        Kernel::AttentionF16F32,
+        &[ATTN_WG, kernel_subgroup(&ctx)],
+        &[
+            Binding::read(q.buf),
+            Binding::read(k_cache),
+            Binding::read(v_cache),
+            Binding::write(o.buf),
+            Binding::read(at.positions),
+            Binding::read(at.page_table),
+            Binding::read(at.seq_base),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}
+
+/// Reference attention of one query head over keys/values given per position
+/// (`keys[j]`, `values[j]` for positions `0..=pos`), in f64.
+pub fn attention_ref(
+    q: &[f32],
+    keys: &[&[f32]],
+    values: &[&[f32]],
+    pos: usize,
+    opts: AttentionOptions,
+) -> Vec<f32> {
+    let lo = if opts.window > 0 {
+        (pos + 1).saturating_sub(opts.window)
+    } else {
+        0
+    };
+    let scores: Vec<f64> = (lo..=pos)
+        .map(|j| {
+            let mut s: f64 = q
+                .iter()
+                .zip(keys[j])
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum::<f64>()
+                * f64::from(opts.scale);
+            if opts.softcap > 0.0 {
+                let c = f64::from(opts.softcap);
+                s = c * (s / c).tanh();
+            }
+            s
+        })
+        .collect();
+    let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    let hd = values[0].len();
+    (0..hd)
+        .map(|d| {
+            (lo..=pos)
+                .zip(&e)
+                .map(|(j, w)| w * f64::from(values[j][d]))
+                .sum::<f64>()
+                / sum
+        })
+        .map(|v| v as f32)
+        .collect()
+}

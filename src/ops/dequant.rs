@@ -1,0 +1,103 @@
+//! `dequant`: expands a GPU-resident weight to f32 on the GPU. A validation
+//! path (the fused matvec/matmul kernels never materialize f32 weights); its
+//! output must equal [`crate::quant::dequantize`] bit for bit.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::error::Result;
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording, groups_1d};
+use crate::quant::{QuantType, QuantWeight};
+
+/// Push constants of `glsl/dequant.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct DequantParams {
+    /// Weights to expand.
+    pub n: u32,
+    /// Blocks in the bound weight buffer.
+    pub nb: u32,
+    /// Index (within the buffer) of the first weight to expand.
+    pub first: u32,
+}
+const _: () = assert!(std::mem::size_of::<DequantParams>() == 12);
+
+const WORKGROUP: u32 = 256;
+
+/// The dequant kernel variant for `t`.
+pub fn dequant_kernel(t: QuantType) -> Kernel {
+    Kernel::by_name(&format!("dequant_{}_f32", t.name()))
+        .expect("build.rs compiles a dequant variant for every QuantType")
+}
+
+/// Records expansion of `n` weights starting at weight `first` of `chunk_buffer`
+/// (a chunk of `nb` blocks of `t`) into `out` (f32, at least `4 * n` bytes).
+///
+/// # Errors
+/// A binding that does not fit the device's limits.
+pub fn record_dequant(
+    rec: &mut Recording,
+    t: QuantType,
+    chunk_buffer: &Arc<Buffer>,
+    nb: usize,
+    first: usize,
+    n: usize,
+    out: &Arc<Buffer>,
+) -> Result<()> {
+    let params = DequantParams {
+        n: n as u32,
+        nb: nb as u32,
+        first: first as u32,
+    };
+    let groups = groups_1d(rec.context(), (n as u32).div_ceil(WORKGROUP));
+    rec.dispatch(
+        dequant_kernel(t),
+        &[WORKGROUP],
+        &[
+            Binding::read(chunk_buffer),
+            Binding::write(out).range(0, (4 * n as u64).next_multiple_of(4)),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}
+
+/// Dequantizes a whole weight on the GPU and returns it row-major (`rows * cols` f32).
+///
+/// # Errors
+/// Out of memory or a failing Vulkan call.
+pub fn dequantize_gpu(ctx: &Arc<GpuContext>, w: &QuantWeight) -> Result<Vec<f32>> {
+    let cols = w.cols();
+    let qk = w.qtype().block_size();
+    let mut out = vec![0.0f32; w.rows() * cols];
+    // Output pieces are bounded by one descriptor's range as well.
+    let max_elems = (ctx.caps().max_binding_bytes(4) / 4) as usize;
+    let rows_per_piece = (max_elems / cols).max(1);
+    let piece_bytes = (rows_per_piece * cols * 4) as u64;
+    let readback = Buffer::new(ctx, piece_bytes, MemoryKind::Readback, "dequant readback")?;
+    for chunk in w.chunks() {
+        let nb = chunk.n_rows * cols / qk;
+        let mut r = 0;
+        while r < chunk.n_rows {
+            let nr = rows_per_piece.min(chunk.n_rows - r);
+            let n = nr * cols;
+            let mut rec = Recording::new(ctx, false)?;
+            record_dequant(
+                &mut rec,
+                w.qtype(),
+                &chunk.buffer,
+                nb,
+                r * cols,
+                n,
+                &readback,
+            )?;
+            rec.finish()?;
+            rec.submit_and_wait()?;
+            let start = (chunk.row_start + r) * cols;
+            readback.read_slice(0, &mut out[start..start + n])?;
+            r += nr;
+        }
+    }
+    Ok(out)
+}

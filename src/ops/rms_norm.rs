@@ -1,0 +1,108 @@
+//! `rms_norm`: `d = x / sqrt(mean(x²) + eps) * w` per row (llama.cpp
+//! `ggml_rms_norm` then `ggml_mul`), with Gemma's `(1 + w)` flavor, an
+//! unweighted form, and a residual form that adds the result into `d`.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{View, kernel_subgroup, pc_u32};
+use crate::error::Result;
+use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
+
+/// Push constants of `glsl/rms_norm.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct RmsNormParams {
+    /// Elements per row.
+    pub n_cols: u32,
+    /// Rows.
+    pub n_rows: u32,
+    /// Floats between rows of x.
+    pub ld_x: u32,
+    /// Floats between rows of d.
+    pub ld_d: u32,
+    /// Float index of x's row 0.
+    pub x_offset: u32,
+    /// Float index of d's row 0.
+    pub d_offset: u32,
+    /// Epsilon inside the square root.
+    pub eps: f32,
+    /// 1: (1 + w); 2: add into d; 4: no weight.
+    pub flags: u32,
+}
+const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 32);
+
+/// How the normalized row is scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormFlavor {
+    /// `x̂ · w` (Llama, Qwen, Mistral, Phi-3; Gemma GGUFs store `1 + w` already).
+    Plain,
+    /// `x̂ · (1 + w)`, for weights stored zero-centred.
+    ZeroCentred,
+}
+
+const WG: u32 = 128;
+
+/// Records an RMS norm of `n_rows` rows of `n_cols` from `x` into `d`.
+/// `weight` of `None` normalizes only; `add` adds the result into `d`.
+///
+/// # Errors
+/// A value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_rms_norm(
+    rec: &mut Recording,
+    x: View<'_>,
+    weight: Option<&Arc<Buffer>>,
+    flavor: NormFlavor,
+    d: View<'_>,
+    n_rows: usize,
+    n_cols: usize,
+    eps: f32,
+    add: bool,
+) -> Result<()> {
+    let flags = match flavor {
+        NormFlavor::Plain => 0,
+        NormFlavor::ZeroCentred => 1,
+    } | if add { 2 } else { 0 }
+        | if weight.is_none() { 4 } else { 0 };
+    let params = RmsNormParams {
+        n_cols: pc_u32("n_cols", n_cols)?,
+        n_rows: pc_u32("n_rows", n_rows)?,
+        ld_x: pc_u32("ld_x", x.ld)?,
+        ld_d: pc_u32("ld_d", d.ld)?,
+        x_offset: pc_u32("x_offset", x.offset)?,
+        d_offset: pc_u32("d_offset", d.offset)?,
+        eps,
+        flags,
+    };
+    let ctx = rec.context().clone();
+    let groups = groups_1d(&ctx, pc_u32("rows", n_rows)?);
+    rec.dispatch(
+        Kernel::RmsNormF32,
+        &[WG, kernel_subgroup(&ctx)],
+        &[
+            Binding::read(x.buf),
+            Binding::read(weight.unwrap_or(x.buf)),
+            Binding::write(d.buf),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}
+
+/// Reference RMS norm of one row (f64 sum of squares, as ggml's CPU path).
+pub fn rms_norm_ref(x: &[f32], w: Option<&[f32]>, flavor: NormFlavor, eps: f32) -> Vec<f32> {
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let mut wi = w.map_or(1.0, |w| w[i]);
+            if flavor == NormFlavor::ZeroCentred {
+                wi += 1.0;
+            }
+            v * scale * wi
+        })
+        .collect()
+}

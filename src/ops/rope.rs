@@ -1,0 +1,153 @@
+//! `rope`: rotary position embeddings applied in place (llama.cpp
+//! `ggml_rope_ext`). The per-pair inverse frequencies, with the rope base,
+//! frequency factors and linear / llama3 scaling folded in, are computed once
+//! on the CPU ([`inv_freq`]) and read by the kernel, so every scaling scheme is
+//! one kernel.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{ELEMENTWISE_WG, View, pc_u32};
+use crate::error::Result;
+use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
+
+/// Push constants of `glsl/rope.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub struct RopeParams {
+    /// Tokens.
+    pub n_tokens: u32,
+    /// Heads per token.
+    pub n_heads: u32,
+    /// Floats per head.
+    pub head_dim: u32,
+    /// Rotated dimensions per head (even, at most head_dim).
+    pub n_rot: u32,
+    /// Floats between tokens.
+    pub ld: u32,
+    /// Float index of token 0, head 0.
+    pub offset: u32,
+    /// 0: normal pairs (2i, 2i+1); 1: NeoX pairs (i, i + n_rot/2).
+    pub neox: u32,
+    /// Multiplier of cos and sin (YaRN / LongRoPE magnitude scaling; 1 otherwise).
+    pub attn_factor: f32,
+}
+const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
+
+/// Which dimensions form rotation pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1): Llama GGUFs (the converter permutes Q/K to this).
+    Normal,
+    /// Split halves (i, i + n_rot/2): GPT-NeoX, Qwen2, Gemma, Phi-3.
+    Neox,
+}
+
+/// How frequencies are scaled for contexts beyond the trained one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// No scaling.
+    None,
+    /// Positions divided by `factor` (`rope.scaling.type = linear`).
+    Linear {
+        /// The scale factor.
+        factor: f32,
+    },
+    /// Per-dimension divisors (the `rope_freqs.weight` tensor of llama3-style
+    /// and LongRoPE models).
+    FreqFactors(Vec<f32>),
+}
+
+/// Inverse frequency of each rotation pair: `base^(-2i/n_rot) / factor_i`.
+pub fn inv_freq(n_rot: usize, base: f32, scaling: &RopeScaling) -> Vec<f32> {
+    (0..n_rot / 2)
+        .map(|i| {
+            let f = f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
+            let f = match scaling {
+                RopeScaling::None => f,
+                RopeScaling::Linear { factor } => f / f64::from(*factor),
+                RopeScaling::FreqFactors(ff) => f / f64::from(ff.get(i).copied().unwrap_or(1.0)),
+            };
+            f as f32
+        })
+        .collect()
+}
+
+/// Rope geometry of one tensor of heads.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeShape {
+    /// Tokens.
+    pub n_tokens: usize,
+    /// Heads per token.
+    pub n_heads: usize,
+    /// Floats per head.
+    pub head_dim: usize,
+    /// Rotated dimensions per head.
+    pub n_rot: usize,
+}
+
+/// Records rotation of `x` (tokens × heads × head_dim) in place by `positions`.
+///
+/// # Errors
+/// A value beyond 32 bits.
+pub fn record_rope(
+    rec: &mut Recording,
+    x: View<'_>,
+    shape: RopeShape,
+    style: RopeStyle,
+    positions: &Arc<Buffer>,
+    inv_freq: &Arc<Buffer>,
+    attn_factor: f32,
+) -> Result<()> {
+    let params = RopeParams {
+        n_tokens: pc_u32("n_tokens", shape.n_tokens)?,
+        n_heads: pc_u32("n_heads", shape.n_heads)?,
+        head_dim: pc_u32("head_dim", shape.head_dim)?,
+        n_rot: pc_u32("n_rot", shape.n_rot)?,
+        ld: pc_u32("ld", x.ld)?,
+        offset: pc_u32("offset", x.offset)?,
+        neox: u32::from(style == RopeStyle::Neox),
+        attn_factor,
+    };
+    let n = pc_u32(
+        "rope threads",
+        shape.n_tokens * shape.n_heads * shape.n_rot / 2,
+    )?;
+    let groups = groups_1d(rec.context(), n.div_ceil(ELEMENTWISE_WG));
+    rec.dispatch(
+        Kernel::RopeF32,
+        &[ELEMENTWISE_WG],
+        &[
+            Binding::write(x.buf),
+            Binding::read(positions),
+            Binding::read(inv_freq),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}
+
+/// Reference rope of one head in place (f64 angles).
+pub fn rope_ref(
+    head: &mut [f32],
+    pos: i32,
+    inv_freq: &[f32],
+    n_rot: usize,
+    style: RopeStyle,
+    attn_factor: f32,
+) {
+    let half = n_rot / 2;
+    for (i, &f) in inv_freq.iter().enumerate().take(half) {
+        let theta = f64::from(pos) * f64::from(f);
+        let (s, c) = theta.sin_cos();
+        let (a, b) = match style {
+            RopeStyle::Normal => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + half),
+        };
+        let (x0, x1) = (f64::from(head[a]), f64::from(head[b]));
+        let af = f64::from(attn_factor);
+        head[a] = ((x0 * c - x1 * s) * af) as f32;
+        head[b] = ((x0 * s + x1 * c) * af) as f32;
+    }
+}

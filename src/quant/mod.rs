@@ -1,0 +1,134 @@
+//! Weight formats: for each GGML type combs runs, the GGUF block struct, the
+//! CPU reference dequantizer (what every kernel is tested against, bit for
+//! bit), the reference quantizer, and the device layout written by
+//! [`layout::repack`]. [`weight`] holds the GPU-resident weight types.
+
+pub mod kquant_search;
+pub mod layout;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod types;
+pub mod weight;
+
+use std::borrow::Cow;
+
+use bytemuck::Pod;
+use half::{bf16, f16};
+
+pub use layout::{DeviceLayout, device_bytes, repack};
+pub use types::QuantType;
+pub use weight::{QuantWeight, WeightChunk};
+
+use crate::error::{ModelError, Result};
+
+/// Views `bytes` as blocks, copying only when the bytes are not aligned for `T`.
+fn blocks<T: Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
+fn check_sizes(t: QuantType, bytes: usize, n: usize) -> Result<()> {
+    let expected = t.row_bytes(n)?;
+    if bytes != expected {
+        return Err(ModelError::invalid(
+            "data",
+            format!("{bytes} bytes of {t} for {n} weights, expected {expected}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Expands `bytes` (GGUF blocks of `t`) into `out`, whose length is the number of weights.
+///
+/// # Errors
+/// The byte length does not match `out.len()` weights of `t`.
+pub fn dequantize(t: QuantType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    check_sizes(t, bytes.len(), out.len())?;
+    match t {
+        QuantType::F32 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        QuantType::F16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        QuantType::BF16 => {
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        QuantType::Q4_0 => q4_0::dequantize_row_q4_0(&blocks(bytes), out),
+        QuantType::Q4_1 => q4_1::dequantize_row_q4_1(&blocks(bytes), out),
+        QuantType::Q5_0 => q5_0::dequantize_row_q5_0(&blocks(bytes), out),
+        QuantType::Q5_1 => q5_1::dequantize_row_q5_1(&blocks(bytes), out),
+        QuantType::Q8_0 => q8_0::dequantize_row_q8_0(&blocks(bytes), out),
+        QuantType::Q2K => q2_k::dequantize_row_q2_k(&blocks(bytes), out),
+        QuantType::Q3K => q3_k::dequantize_row_q3_k(&blocks(bytes), out),
+        QuantType::Q4K => q4_k::dequantize_row_q4_k(&blocks(bytes), out),
+        QuantType::Q5K => q5_k::dequantize_row_q5_k(&blocks(bytes), out),
+        QuantType::Q6K => q6_k::dequantize_row_q6_k(&blocks(bytes), out),
+    }
+    Ok(())
+}
+
+/// Dequantizes into a new vector of `n` weights.
+///
+/// # Errors
+/// As [`dequantize`].
+pub fn dequantize_vec(t: QuantType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    let mut out = vec![0.0f32; n];
+    dequantize(t, bytes, &mut out)?;
+    Ok(out)
+}
+
+fn quantize_blocks<B: Pod>(x: &[f32], block: usize, f: fn(&[f32], &mut [B])) -> Vec<u8> {
+    let mut blocks = vec![B::zeroed(); x.len() / block];
+    f(x, &mut blocks);
+    bytemuck::cast_slice(&blocks).to_vec()
+}
+
+/// Quantizes `x` into GGUF bytes of type `t`, as llama.cpp's reference
+/// quantizers (`ggml_quantize_chunk` without an importance matrix) do: dense
+/// types convert with round-to-nearest-even, the others block by block.
+///
+/// # Errors
+/// `x.len()` is not a multiple of the block size of `t`.
+pub fn quantize(t: QuantType, x: &[f32]) -> Result<Vec<u8>> {
+    let n_bytes = t.row_bytes(x.len())?;
+    let bytes = match t {
+        QuantType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        QuantType::F16 => x
+            .iter()
+            .flat_map(|&v| kquant_search::fp32_to_fp16(v).to_le_bytes())
+            .collect(),
+        QuantType::BF16 => x
+            .iter()
+            .flat_map(|&v| kquant_search::fp32_to_bf16_bits(v).to_le_bytes())
+            .collect(),
+        QuantType::Q4_0 => quantize_blocks(x, q4_0::QK4_0, q4_0::quantize_row_q4_0),
+        QuantType::Q4_1 => quantize_blocks(x, q4_1::QK4_1, q4_1::quantize_row_q4_1),
+        QuantType::Q5_0 => quantize_blocks(x, q5_0::QK5_0, q5_0::quantize_row_q5_0),
+        QuantType::Q5_1 => quantize_blocks(x, q5_1::QK5_1, q5_1::quantize_row_q5_1),
+        QuantType::Q8_0 => quantize_blocks(x, q8_0::QK8_0, q8_0::quantize_row_q8_0),
+        QuantType::Q2K => quantize_blocks(x, q2_k::QK_K, q2_k::quantize_row_q2_k),
+        QuantType::Q3K => quantize_blocks(x, q2_k::QK_K, q3_k::quantize_row_q3_k),
+        QuantType::Q4K => quantize_blocks(x, q2_k::QK_K, q4_k::quantize_row_q4_k),
+        QuantType::Q5K => quantize_blocks(x, q2_k::QK_K, q5_k::quantize_row_q5_k),
+        QuantType::Q6K => quantize_blocks(x, q2_k::QK_K, q6_k::quantize_row_q6_k),
+    };
+    debug_assert_eq!(bytes.len(), n_bytes);
+    Ok(bytes)
+}

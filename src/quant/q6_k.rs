@@ -1,0 +1,114 @@
+//! Q6_K: 256 weights per block in 16 sub-blocks of 16; 6-bit quants (low
+//! nibbles plus 2 high bits), signed 8-bit sub-block scales, an f16
+//! super-scale. Follows llama.cpp's `dequantize_row_q6_K` / `quantize_row_q6_K_ref`.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::kquant_search::{GROUP_MAX_EPS, fp32_to_fp16, make_qx_quants, nearest_int};
+use super::q2_k::QK_K;
+
+/// One GGUF Q6_K block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ6K {
+    /// Low 4 bits of each quant.
+    pub ql: [u8; QK_K / 2],
+    /// High 2 bits of each quant.
+    pub qh: [u8; QK_K / 4],
+    /// Sub-block scales (i8 stored as u8).
+    pub scales: [u8; QK_K / 16],
+    /// Super-block scale.
+    pub d: f16,
+}
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+
+/// Expands blocks to f32.
+pub fn dequantize_row_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        for n in 0..2 {
+            let ql = &b.ql[64 * n..64 * n + 64];
+            let qh = &b.qh[32 * n..32 * n + 32];
+            let sc = &b.scales[8 * n..8 * n + 8];
+            let y = &mut y[128 * n..128 * n + 128];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = i32::from((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
+                let q2 = i32::from((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                let q3 = i32::from((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                let q4 = i32::from((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                let s = |k: usize| f32::from(sc[is + k] as i8);
+                y[l] = d * s(0) * q1 as f32;
+                y[l + 32] = d * s(2) * q2 as f32;
+                y[l + 64] = d * s(4) * q3 as f32;
+                y[l + 96] = d * s(6) * q4 as f32;
+            }
+        }
+    }
+}
+
+/// Quantizes `x` (a multiple of 256 long) into blocks, bit for bit as
+/// llama.cpp's `quantize_row_q6_K_ref`.
+pub fn quantize_row_q6_k(x: &[f32], out: &mut [BlockQ6K]) {
+    for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let mut levels = [0i8; QK_K];
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut max_scale = 0.0f32;
+        let mut max_abs_scale = 0.0f32;
+        for ib in 0..QK_K / 16 {
+            let scale = make_qx_quants(
+                32,
+                &xb[16 * ib..16 * ib + 16],
+                &mut levels[16 * ib..16 * ib + 16],
+                1,
+                None,
+            );
+            scales[ib] = scale;
+            let abs_scale = scale.abs();
+            if abs_scale > max_abs_scale {
+                max_abs_scale = abs_scale;
+                max_scale = scale;
+            }
+        }
+
+        if max_abs_scale < GROUP_MAX_EPS {
+            *y = BlockQ6K::zeroed();
+            y.d = fp32_to_fp16(0.0);
+            continue;
+        }
+
+        // The scale of largest magnitude maps to -128, keeping its sign.
+        let iscale = -128.0 / max_scale;
+        y.d = fp32_to_fp16(1.0 / iscale);
+        for (s, &scale) in y.scales.iter_mut().zip(&scales) {
+            // ggml stores the clamped int in an int8_t (so -129 would wrap).
+            *s = nearest_int(iscale * scale).min(127) as i8 as u8;
+        }
+
+        // Requantize against the rounded scales; a sub-block whose scale
+        // rounded to zero keeps the levels of the search, as in ggml.
+        for j in 0..QK_K / 16 {
+            let d = y.d.to_f32() * f32::from(y.scales[j] as i8);
+            if d == 0.0 {
+                continue;
+            }
+            for ii in 0..16 {
+                let l = nearest_int(xb[16 * j + ii] / d).clamp(-32, 31);
+                levels[16 * j + ii] = (l + 32) as i8;
+            }
+        }
+
+        for j in (0..QK_K).step_by(128) {
+            let ql = &mut y.ql[j / 2..j / 2 + 64];
+            let qh = &mut y.qh[j / 4..j / 4 + 32];
+            for l in 0..32 {
+                let q = |k: usize| levels[j + l + k] as u8;
+                ql[l] = (q(0) & 0xF) | ((q(64) & 0xF) << 4);
+                ql[l + 32] = (q(32) & 0xF) | ((q(96) & 0xF) << 4);
+                qh[l] =
+                    (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
+            }
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! GPU-resident weight matrices. A `[rows, cols]` tensor is uploaded straight
+//! from its GGUF bytes (the mmap, no intermediate copy of the whole tensor)
+//! into the device layout of its type, split by rows into chunks that each
+//! fit one storage-buffer descriptor (`maxStorageBufferRange`: 128 MiB on
+//! lavapipe), so any tensor size runs on any device.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::layout::{DeviceLayout, Plane, device_bytes};
+use super::types::QuantType;
+use crate::error::{ModelError, Result};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
+
+/// A contiguous range of rows of a weight, in one buffer.
+pub struct WeightChunk {
+    /// The chunk's data in the device layout of the weight's type.
+    pub buffer: Arc<Buffer>,
+    /// First row of the chunk.
+    pub row_start: usize,
+    /// Rows in the chunk.
+    pub n_rows: usize,
+}
+
+/// A `[rows, cols]` weight of any supported type, resident on the device.
+pub struct QuantWeight {
+    name: String,
+    qtype: QuantType,
+    rows: usize,
+    cols: usize,
+    chunks: Vec<WeightChunk>,
+}
+
+/// Rows per chunk so that a chunk fits in one descriptor, or `None` if even one row does not.
+pub fn rows_per_chunk(
+    ctx: &GpuContext,
+    qtype: QuantType,
+    rows: usize,
+    cols: usize,
+) -> Option<usize> {
+    let max = ctx.caps().max_binding_bytes(4) as usize;
+    let nb_row = cols / qtype.block_size();
+    let row_bytes = device_bytes(qtype, nb_row).max(1);
+    // Dense 16-bit rows of odd length share words across rows: keep chunk starts even.
+    let per_row = if qtype.is_dense() {
+        (nb_row * qtype.block_bytes()).max(1)
+    } else {
+        row_bytes
+    };
+    let mut n = (max / per_row).min(rows.max(1));
+    if qtype.block_bytes() == 2 && cols % 2 == 1 && n < rows {
+        n -= n % 2;
+    }
+    (n > 0).then_some(n)
+}
+
+/// Copies bytes `[pos, pos + out.len())` of one plane's stream (the plane's
+/// bytes of every block, back to back) out of the GGUF blocks in `src`.
+fn fill_plane(src: &[u8], block_bytes: usize, plane: &Plane, pos: u64, out: &mut [u8]) {
+    let pb = plane.bytes;
+    let mut written = 0;
+    while written < out.len() {
+        let at = pos as usize + written;
+        let (blk, within) = (at / pb, at % pb);
+        let n = (pb - within).min(out.len() - written);
+        let s = blk * block_bytes + plane.src_offset + within;
+        out[written..written + n].copy_from_slice(&src[s..s + n]);
+        written += n;
+    }
+}
+
+/// Writes the f32 scales stream from byte `pos` on (always a multiple of 4).
+fn fill_scales(src: &[u8], block_bytes: usize, scales: &[usize], pos: u64, out: &mut [u8]) {
+    let n = scales.len();
+    for (k, dst) in out.chunks_exact_mut(4).enumerate() {
+        let slot = pos as usize / 4 + k;
+        let (blk, s) = (slot / n, slot % n);
+        let off = blk * block_bytes + scales[s];
+        let v = half::f16::from_le_bytes([src[off], src[off + 1]]).to_f32();
+        dst.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+impl QuantWeight {
+    /// Uploads a `[rows, cols]` tensor of `qtype` from its GGUF bytes.
+    ///
+    /// # Errors
+    /// `bytes` has the wrong length for the shape, `cols` is not a multiple of
+    /// the block size, a row does not fit one descriptor, or out of device memory.
+    pub fn from_gguf_bytes(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        let row_bytes = qtype.row_bytes(cols).map_err(|_| ModelError::Shape {
+            tensor: name.to_string(),
+            expected: vec![
+                cols.next_multiple_of(qtype.block_size()) as u64,
+                rows as u64,
+            ],
+            got: vec![cols as u64, rows as u64],
+        })?;
+        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            return Err(ModelError::Shape {
+                tensor: name.to_string(),
+                expected: vec![(rows * row_bytes) as u64],
+                got: vec![bytes.len() as u64],
+            });
+        }
+        let per_chunk =
+            rows_per_chunk(ctx, qtype, rows, cols).ok_or_else(|| ModelError::MissingFeature {
+                device: ctx.caps().name.clone(),
+                feature: format!(
+                    "a storage buffer range of {row_bytes} bytes for one row of `{name}`"
+                ),
+            })?;
+        let bb = qtype.block_bytes();
+        let nb_row = cols / qtype.block_size();
+        let mut chunks = Vec::new();
+        let mut row_start = 0;
+        while row_start < rows {
+            let n_rows = per_chunk.min(rows - row_start);
+            let nb = n_rows * nb_row;
+            let src = &bytes[row_start * row_bytes..(row_start + n_rows) * row_bytes];
+            let buffer = Buffer::new(
+                ctx,
+                device_bytes(qtype, nb) as u64,
+                MemoryKind::Device,
+                name,
+            )?;
+            match DeviceLayout::of(qtype) {
+                None => up.upload(&buffer, 0, src)?,
+                Some(layout) => {
+                    for (i, plane) in layout.planes.iter().enumerate() {
+                        let base = layout.plane_offset(i, nb) as u64;
+                        up.upload_with(&buffer, base, (nb * plane.bytes) as u64, |pos, out| {
+                            fill_plane(src, bb, plane, pos, out)
+                        })?;
+                    }
+                    let base = layout.plane_offset(layout.planes.len(), nb) as u64;
+                    let len = (nb * 4 * layout.scales.len()) as u64;
+                    up.upload_with(&buffer, base, len, |pos, out| {
+                        fill_scales(src, bb, layout.scales, pos, out)
+                    })?;
+                }
+            }
+            chunks.push(WeightChunk {
+                buffer,
+                row_start,
+                n_rows,
+            });
+            row_start += n_rows;
+        }
+        Ok(QuantWeight {
+            name: name.to_string(),
+            qtype,
+            rows,
+            cols,
+            chunks,
+        })
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The storage type.
+    pub fn qtype(&self) -> QuantType {
+        self.qtype
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The row chunks, in order.
+    pub fn chunks(&self) -> &[WeightChunk] {
+        &self.chunks
+    }
+
+    /// Bytes the weight occupies on the device.
+    pub fn device_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.buffer.size()).sum()
+    }
+}
+
+/// Marker for one weight format, giving [`QWeight`] its static type.
+pub trait WeightFormat {
+    /// The format's type.
+    const TYPE: QuantType;
+}
+
+/// A [`QuantWeight`] whose format is known at compile time (`Q4KWeight`, ...).
+pub struct QWeight<F: WeightFormat> {
+    inner: QuantWeight,
+    _format: PhantomData<F>,
+}
+
+impl<F: WeightFormat> QWeight<F> {
+    /// Uploads a `[rows, cols]` tensor stored as `F` from its GGUF bytes.
+    ///
+    /// # Errors
+    /// As [`QuantWeight::from_gguf_bytes`].
+    pub fn from_gguf_bytes(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<Self> {
+        Ok(QWeight {
+            inner: QuantWeight::from_gguf_bytes(ctx, up, name, F::TYPE, rows, cols, bytes)?,
+            _format: PhantomData,
+        })
+    }
+
+    /// The untyped weight, as ops take it.
+    pub fn as_weight(&self) -> &QuantWeight {
+        &self.inner
+    }
+
+    /// Gives up the static type.
+    pub fn into_weight(self) -> QuantWeight {
+        self.inner
+    }
+}
+
+macro_rules! weight_formats {
+    ($($(#[$doc:meta])* $marker:ident, $alias:ident => $t:expr;)*) => {$(
+        $(#[$doc])*
+        pub struct $marker;
+        impl WeightFormat for $marker {
+            const TYPE: QuantType = $t;
+        }
+        #[doc = concat!("A GPU-resident weight stored as ", stringify!($marker), ".")]
+        pub type $alias = QWeight<$marker>;
+    )*};
+}
+
+weight_formats! {
+    /// 32-bit float weights.
+    F32, F32Weight => QuantType::F32;
+    /// IEEE half weights.
+    F16, F16Weight => QuantType::F16;
+    /// bfloat16 weights.
+    BF16, BF16Weight => QuantType::BF16;
+    /// Q4_0 weights.
+    Q4_0, Q4_0Weight => QuantType::Q4_0;
+    /// Q4_1 weights.
+    Q4_1, Q4_1Weight => QuantType::Q4_1;
+    /// Q5_0 weights.
+    Q5_0, Q5_0Weight => QuantType::Q5_0;
+    /// Q5_1 weights.
+    Q5_1, Q5_1Weight => QuantType::Q5_1;
+    /// Q8_0 weights.
+    Q8_0, Q8_0Weight => QuantType::Q8_0;
+    /// Q2_K weights.
+    Q2K, Q2KWeight => QuantType::Q2K;
+    /// Q3_K weights.
+    Q3K, Q3KWeight => QuantType::Q3K;
+    /// Q4_K weights.
+    Q4K, Q4KWeight => QuantType::Q4K;
+    /// Q5_K weights.
+    Q5K, Q5KWeight => QuantType::Q5K;
+    /// Q6_K weights.
+    Q6K, Q6KWeight => QuantType::Q6K;
+}

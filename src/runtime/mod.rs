@@ -1,0 +1,10 @@
+//! The runtime: sessions (one sequence each), sampling, and the generation
+//! loop that ties them to a tokenizer.
+
+pub mod perplexity;
+pub mod rng;
+pub mod sampler;
+pub mod session;
+
+pub use sampler::{Sampler, SamplerOptions};
+pub use session::{Session, SessionOptions};

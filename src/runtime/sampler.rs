@@ -1,0 +1,375 @@
+//! Token sampling from logits: repetition penalty, top-k, top-p, min-p,
+//! temperature and a seeded draw, in llama.cpp's default chain order
+//! (penalties → top-k → top-p → min-p → temperature → draw); greedy argmax
+//! when the temperature is 0.
+
+use super::rng::Rng;
+use crate::error::{ModelError, Result};
+
+/// Sampling parameters (the C API's `combs_sampler_options`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerOptions {
+    /// 0: greedy; otherwise logits are divided by it.
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 or less: all).
+    pub top_k: i32,
+    /// Keep the smallest set whose probability reaches p (1: all).
+    pub top_p: f32,
+    /// Drop tokens less likely than min_p × the most likely one (0: none).
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recent tokens by this (1: none).
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalty looks at (0: none, -1: all).
+    pub repeat_last_n: i32,
+    /// Seed of the random draw.
+    pub seed: u64,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        SamplerOptions {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl SamplerOptions {
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        SamplerOptions {
+            temperature: 0.0,
+            ..Default::default()
+        }
+    }
+
+    /// Checks every field's range.
+    ///
+    /// # Errors
+    /// A negative or non-finite temperature, top_p or min_p outside [0, 1],
+    /// a repeat penalty that is not positive, repeat_last_n below -1.
+    pub fn validate(&self) -> Result<()> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return Err(ModelError::invalid(
+                "temperature",
+                format!("{} is negative or not finite", self.temperature),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return Err(ModelError::invalid(
+                "top_p",
+                format!("{} is outside [0, 1]", self.top_p),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(ModelError::invalid(
+                "min_p",
+                format!("{} is outside [0, 1]", self.min_p),
+            ));
+        }
+        if !self.repeat_penalty.is_finite() || self.repeat_penalty <= 0.0 {
+            return Err(ModelError::invalid(
+                "repeat_penalty",
+                format!("{} is not a positive number", self.repeat_penalty),
+            ));
+        }
+        if self.repeat_last_n < -1 {
+            return Err(ModelError::invalid(
+                "repeat_last_n",
+                format!("{} is below -1", self.repeat_last_n),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its random state and the recent tokens the penalty sees.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    opts: SamplerOptions,
+    rng: Rng,
+    recent: Vec<u32>,
+}
+
+/// Index of the largest finite logit (the first on ties); 0 for an empty slice.
+pub fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best_v = v;
+            best = i;
+        }
+    }
+    best
+}
+
+impl Sampler {
+    /// A sampler with validated options.
+    ///
+    /// # Errors
+    /// As [`SamplerOptions::validate`].
+    pub fn new(opts: SamplerOptions) -> Result<Self> {
+        opts.validate()?;
+        Ok(Sampler {
+            rng: Rng::new(opts.seed),
+            opts,
+            recent: Vec::new(),
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SamplerOptions {
+        &self.opts
+    }
+
+    /// Records a token the penalty should see (prompt tokens, say).
+    pub fn accept(&mut self, token: u32) {
+        self.recent.push(token);
+        let keep = match self.opts.repeat_last_n {
+            -1 => usize::MAX,
+            n => n.max(0) as usize,
+        };
+        if self.recent.len() > keep.max(1) * 2 && keep != usize::MAX {
+            let drop = self.recent.len() - keep;
+            self.recent.drain(..drop);
+        }
+    }
+
+    /// Forgets recent tokens.
+    pub fn reset(&mut self) {
+        self.recent.clear();
+        self.rng = Rng::new(self.opts.seed);
+    }
+
+    fn penalized(&self, logits: &[f32]) -> Vec<f32> {
+        let mut l = logits.to_vec();
+        if self.opts.repeat_penalty == 1.0 || self.opts.repeat_last_n == 0 {
+            return l;
+        }
+        let n = match self.opts.repeat_last_n {
+            -1 => self.recent.len(),
+            n => (n as usize).min(self.recent.len()),
+        };
+        let mut seen = std::collections::HashSet::new();
+        for &t in &self.recent[self.recent.len() - n..] {
+            let t = t as usize;
+            if t < l.len() && seen.insert(t) {
+                if l[t] > 0.0 {
+                    l[t] /= self.opts.repeat_penalty;
+                } else {
+                    l[t] *= self.opts.repeat_penalty;
+                }
+            }
+        }
+        l
+    }
+
+    /// Draws the next token from `logits` and remembers it for the penalty.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let t = self.choose(logits);
+        self.accept(t);
+        t
+    }
+
+    fn choose(&mut self, logits: &[f32]) -> u32 {
+        let l = self.penalized(logits);
+        if self.opts.temperature <= 0.0 || l.is_empty() {
+            return argmax(&l) as u32;
+        }
+        // Candidates sorted by logit, best first; NaN logits are never candidates.
+        let mut cand: Vec<(u32, f32)> = l
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_nan())
+            .map(|(i, &v)| (i as u32, v))
+            .collect();
+        if cand.is_empty() {
+            return 0;
+        }
+        let k = if self.opts.top_k > 0 {
+            (self.opts.top_k as usize).min(cand.len())
+        } else {
+            cand.len()
+        };
+        if k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(k);
+        }
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let softmax = |c: &[(u32, f32)], temp: f32| -> Vec<f64> {
+            let m = f64::from(c[0].1);
+            let e: Vec<f64> = c
+                .iter()
+                .map(|x| ((f64::from(x.1) - m) / f64::from(temp)).exp())
+                .collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        if self.opts.top_p < 1.0 {
+            let p = softmax(&cand, 1.0);
+            let mut cum = 0.0;
+            let mut keep = cand.len();
+            for (i, pi) in p.iter().enumerate() {
+                cum += pi;
+                if cum >= f64::from(self.opts.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep.max(1));
+        }
+        if self.opts.min_p > 0.0 {
+            let p = softmax(&cand, 1.0);
+            let floor = p[0] * f64::from(self.opts.min_p);
+            let keep = p.iter().take_while(|&&pi| pi >= floor).count().max(1);
+            cand.truncate(keep);
+        }
+        let p = softmax(&cand, self.opts.temperature);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (c, pi) in cand.iter().zip(&p) {
+            cum += pi;
+            if r < cum {
+                return c.0;
+            }
+        }
+        cand[cand.len() - 1].0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampler_greedy_picks_argmax() {
+        let mut s = Sampler::new(SamplerOptions::greedy()).expect("valid");
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 1);
+    }
+
+    #[test]
+    fn sampler_same_seed_same_tokens() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 17) as f32 * 0.3).collect();
+        let opts = SamplerOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        };
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplerOptions {
+                seed,
+                ..opts.clone()
+            })
+            .expect("valid");
+            (0..50).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn sampler_top_k_one_is_greedy() {
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 5.0,
+            top_k: 1,
+            ..Default::default()
+        })
+        .expect("valid");
+        for _ in 0..20 {
+            assert_eq!(s.sample(&[0.0, 1.0, 0.5]), 1);
+        }
+    }
+
+    #[test]
+    fn sampler_min_p_and_top_p_cut_the_tail() {
+        // Token 0 dominates; min_p 0.5 keeps only it.
+        let logits = [10.0, 0.0, 0.0, 0.0];
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            ..Default::default()
+        })
+        .expect("valid");
+        assert!((0..50).all(|_| s.sample(&logits) == 0));
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+            min_p: 0.0,
+            ..Default::default()
+        })
+        .expect("valid");
+        assert!((0..50).all(|_| s.sample(&logits) == 0));
+    }
+
+    #[test]
+    fn sampler_frequencies_follow_softmax() {
+        let logits = [0.0f32, (2.0f32).ln()];
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 99,
+            ..Default::default()
+        })
+        .expect("valid");
+        let n = 20000;
+        let ones = (0..n).filter(|_| s.sample(&logits) == 1).count();
+        let frac = ones as f64 / n as f64;
+        assert!((frac - 2.0 / 3.0).abs() < 0.02, "{frac}");
+    }
+
+    #[test]
+    fn sampler_repeat_penalty_discourages_recent() {
+        let mut s = Sampler::new(SamplerOptions {
+            temperature: 0.0,
+            repeat_penalty: 2.0,
+            repeat_last_n: 4,
+            ..Default::default()
+        })
+        .expect("valid");
+        s.accept(1);
+        // 3.0 / 2 = 1.5 < 2.0
+        assert_eq!(s.sample(&[0.0, 3.0, 2.0]), 2);
+    }
+
+    #[test]
+    fn sampler_rejects_invalid_options() {
+        let bad = [
+            SamplerOptions {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplerOptions {
+                top_p: 1.5,
+                ..Default::default()
+            },
+            SamplerOptions {
+                min_p: -0.1,
+                ..Default::default()
+            },
+            SamplerOptions {
+                repeat_penalty: 0.0,
+                ..Default::default()
+            },
+            SamplerOptions {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+        ];
+        for o in bad {
+            assert!(Sampler::new(o.clone()).is_err(), "{o:?}");
+        }
+    }
+}

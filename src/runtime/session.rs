@@ -1,0 +1,295 @@
+//! `Session`: one sequence on one model — its KV cache, its activation
+//! scratch, the tokens it holds and the logits of its last position. Prompts
+//! run in batches of up to `n_batch` tokens; a decode step is recorded once
+//! and replayed for every token (only the token id and position change, and
+//! the kernels read those from host-visible buffers).
+
+use std::sync::Arc;
+
+use crate::error::{ModelError, Result};
+use crate::gpu::Recording;
+use crate::kv::{CacheConfig, CacheKind, KVCache};
+use crate::models::{GenerativeModel, Scratch};
+
+/// Options of a session (the C API's `combs_session_options`).
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Context size; 0 means the model's training context.
+    pub n_ctx: usize,
+    /// Cache implementation.
+    pub kv_kind: CacheKind,
+    /// Rows per page of a paged cache.
+    pub page_size: usize,
+    /// Most prompt tokens per forward call.
+    pub n_batch: usize,
+    /// Logit rows one forward call can return at once: 1 for generation; up
+    /// to `n_batch` for perplexity (host-visible memory of rows × n_vocab floats).
+    pub n_logit_rows: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            n_ctx: 0,
+            kv_kind: CacheKind::Contiguous,
+            page_size: 256,
+            n_batch: 512,
+            n_logit_rows: 1,
+        }
+    }
+}
+
+/// One sequence being evaluated on a model.
+pub struct Session {
+    model: Arc<dyn GenerativeModel>,
+    cache: Box<dyn KVCache>,
+    scratch: Scratch,
+    decode_step: Option<Recording>,
+    tokens: Vec<u32>,
+    logits: Vec<f32>,
+    n_batch: usize,
+}
+
+impl Session {
+    /// Creates a session with its own KV cache.
+    ///
+    /// # Errors
+    /// Out of device memory, or invalid options.
+    pub fn new(model: Arc<dyn GenerativeModel>, opts: &SessionOptions) -> Result<Self> {
+        let spec = model.spec();
+        let n_ctx = if opts.n_ctx == 0 {
+            spec.n_ctx_train
+        } else {
+            opts.n_ctx
+        };
+        if n_ctx == 0 || n_ctx > (1 << 24) {
+            return Err(ModelError::invalid(
+                "n_ctx",
+                format!("{n_ctx} is out of range"),
+            ));
+        }
+        if opts.page_size == 0 {
+            return Err(ModelError::invalid("page_size", "must be positive"));
+        }
+        let n_batch = opts.n_batch.clamp(1, 4096).min(n_ctx);
+        let cache = model.create_kv_cache(&CacheConfig {
+            n_ctx,
+            kind: opts.kv_kind,
+            page_size: opts.page_size,
+            max_batch: n_batch,
+        })?;
+        let scratch = model.create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))?;
+        Ok(Session {
+            logits: vec![0.0; spec.n_vocab],
+            model,
+            cache,
+            scratch,
+            decode_step: None,
+            tokens: Vec::new(),
+            n_batch,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<dyn GenerativeModel> {
+        &self.model
+    }
+
+    /// Context size.
+    pub fn n_ctx(&self) -> usize {
+        self.cache.n_ctx()
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The tokens held, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Logits of the last position evaluated (`n_vocab` floats).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Bytes of device memory of the KV cache.
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.device_bytes()
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let n_vocab = self.model.spec().n_vocab;
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(ModelError::TokenOutOfRange {
+                token: i64::from(t),
+                n_vocab,
+            });
+        }
+        if self.tokens.len() + tokens.len() > self.cache.n_ctx() {
+            return Err(ModelError::ContextFull {
+                n_ctx: self.cache.n_ctx(),
+                requested: self.tokens.len() + tokens.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn write_inputs(&self, tokens: &[u32], pos0: usize) -> Result<()> {
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let pos: Vec<i32> = (0..tokens.len()).map(|i| (pos0 + i) as i32).collect();
+        self.scratch.ids.write_slice(0, &ids)?;
+        self.scratch.positions.write_slice(0, &pos)
+    }
+
+    fn read_logits(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        let n_vocab = self.model.spec().n_vocab;
+        self.scratch
+            .logits
+            .read_slice((row * n_vocab * 4) as u64, out)?;
+        let cap = self.model.spec().final_softcap;
+        if cap > 0.0 {
+            out.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+        Ok(())
+    }
+
+    /// Evaluates `tokens` after what the session holds; afterwards
+    /// [`Session::logits`] are those of the last token.
+    ///
+    /// # Errors
+    /// Token out of range or context full (nothing is evaluated then), or a device error.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
+        self.check_tokens(tokens)?;
+        for chunk in tokens.chunks(self.n_batch) {
+            self.forward_chunk(chunk, None)?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates `tokens` and returns the logits of every one of them
+    /// (`tokens.len() × n_vocab`, row-major) — what perplexity needs.
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn prefill_all_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.check_tokens(tokens)?;
+        let n_vocab = self.model.spec().n_vocab;
+        let mut out = vec![0.0f32; tokens.len() * n_vocab];
+        let mut done = 0;
+        for chunk in tokens.chunks(self.n_batch) {
+            let dst = &mut out[done * n_vocab..(done + chunk.len()) * n_vocab];
+            self.forward_chunk(chunk, Some(dst))?;
+            done += chunk.len();
+        }
+        Ok(out)
+    }
+
+    fn forward_chunk(&mut self, chunk: &[u32], all_logits: Option<&mut [f32]>) -> Result<()> {
+        let n = chunk.len();
+        let pos0 = self.tokens.len();
+        self.cache.reserve(n)?;
+        self.write_inputs(chunk, pos0)?;
+        let ctx = self.model.context().clone();
+        let mut rec = Recording::new(&ctx, false)?;
+        self.model.record_embed(&mut rec, &self.scratch, n)?;
+        self.model
+            .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), n)?;
+        match all_logits {
+            None => {
+                self.model
+                    .record_logits(&mut rec, &self.scratch, n - 1, 1)?;
+                rec.finish()?;
+                rec.submit_and_wait()?;
+                let mut l = std::mem::take(&mut self.logits);
+                self.read_logits(0, &mut l)?;
+                self.logits = l;
+            }
+            Some(dst) => {
+                rec.finish()?;
+                rec.submit_and_wait()?;
+                let n_vocab = self.model.spec().n_vocab;
+                let per = self.scratch.max_logit_rows.max(1);
+                let rows_per_call = per.min(n);
+                let mut first = 0;
+                while first < n {
+                    let rows = rows_per_call.min(n - first);
+                    let mut r = Recording::new(&ctx, false)?;
+                    self.model
+                        .record_logits(&mut r, &self.scratch, first, rows)?;
+                    r.finish()?;
+                    r.submit_and_wait()?;
+                    for i in 0..rows {
+                        let row = &mut dst[(first + i) * n_vocab..(first + i + 1) * n_vocab];
+                        self.read_logits(i, row)?;
+                    }
+                    first += rows;
+                }
+                self.logits
+                    .copy_from_slice(&dst[(n - 1) * n_vocab..n * n_vocab]);
+            }
+        }
+        self.cache.commit(n);
+        self.tokens.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// Evaluates one token (a replay of the recorded decode step).
+    ///
+    /// # Errors
+    /// Token out of range, context full, or a device error.
+    pub fn decode(&mut self, token: u32) -> Result<()> {
+        self.check_tokens(&[token])?;
+        let pos = self.tokens.len();
+        self.cache.reserve(1)?;
+        self.write_inputs(&[token], pos)?;
+        if self.decode_step.is_none() {
+            let mut rec = Recording::new(self.model.context(), false)?;
+            self.model.record_embed(&mut rec, &self.scratch, 1)?;
+            self.model
+                .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
+            self.model.record_logits(&mut rec, &self.scratch, 0, 1)?;
+            rec.finish()?;
+            self.decode_step = Some(rec);
+        }
+        let step = self
+            .decode_step
+            .as_mut()
+            .ok_or_else(|| ModelError::Internal("decode step missing".into()))?;
+        step.submit_and_wait()?;
+        let mut l = std::mem::take(&mut self.logits);
+        self.read_logits(0, &mut l)?;
+        self.logits = l;
+        self.cache.commit(1);
+        self.tokens.push(token);
+        Ok(())
+    }
+
+    /// Keeps the first `n_keep` positions and forgets the rest.
+    ///
+    /// # Errors
+    /// `n_keep` past the current length.
+    pub fn rewind(&mut self, n_keep: usize) -> Result<()> {
+        if n_keep > self.tokens.len() {
+            return Err(ModelError::invalid(
+                "n_keep",
+                format!("{n_keep} is past the {} positions held", self.tokens.len()),
+            ));
+        }
+        self.cache.truncate(n_keep)?;
+        self.tokens.truncate(n_keep);
+        Ok(())
+    }
+
+    /// Forgets everything (same as `rewind(0)`).
+    pub fn clear(&mut self) {
+        let _ = self.rewind(0);
+    }
+}

@@ -1,0 +1,93 @@
+//! Shared test helpers: the GPU context (a missing Vulkan device fails the
+//! test with what to install; it never skips) and a seeded random source that
+//! draws fresh data on every run and prints its seed for replay.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use combs::gpu::GpuContext;
+
+/// The device every GPU test runs on (lavapipe on machines without a GPU).
+pub fn gpu() -> Arc<GpuContext> {
+    static CTX: OnceLock<Arc<GpuContext>> = OnceLock::new();
+    CTX.get_or_init(|| {
+        GpuContext::new(None).unwrap_or_else(|e| {
+            panic!(
+                "no Vulkan device for the GPU tests: {e}\n\
+                 install one, e.g. `apt-get install -y libvulkan1 mesa-vulkan-drivers` (lavapipe)"
+            )
+        })
+    })
+    .clone()
+}
+
+/// SplitMix64: small, fast, good enough for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from `COMBS_TEST_SEED` if set, else from the clock;
+    /// the seed is printed so a failure can be replayed.
+    pub fn fresh(label: &str) -> Self {
+        let seed = std::env::var("COMBS_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0x5eed)
+            });
+        eprintln!("[{label}] COMBS_TEST_SEED={seed}");
+        Rng(seed)
+    }
+
+    /// A generator with a fixed seed.
+    pub fn seeded(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn range(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * self.f32()
+    }
+
+    /// Uniform integer in `[0, n)`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f32 {
+        let u1 = self.f32().max(1e-7);
+        let u2 = self.f32();
+        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+    }
+
+    /// Fills `out` with random bytes.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for c in out.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+
+    /// `n` values from N(0, scale²).
+    pub fn normals(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.normal() * scale).collect()
+    }
+}

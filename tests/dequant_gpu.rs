@@ -1,0 +1,146 @@
+//! GPU dequantization of every weight format against the CPU reference, bit
+//! for bit, on fresh random blocks (valid scales) and several shapes,
+//! including row counts that are not multiples of the workgroup and tensors
+//! that need more than one storage-buffer descriptor.
+
+mod common;
+
+use combs::gpu::Uploader;
+use combs::ops::dequant::dequantize_gpu;
+use combs::quant::{DeviceLayout, QuantType, QuantWeight, dequantize_vec};
+use common::{Rng, gpu};
+use half::{bf16, f16};
+
+/// Random GGUF bytes for `n` weights of `t`: random quants, finite random scales.
+fn random_tensor(rng: &mut Rng, t: QuantType, n: usize) -> Vec<u8> {
+    let nb = n / t.block_size();
+    let mut bytes = vec![0u8; nb * t.block_bytes()];
+    match t {
+        QuantType::F32 => {
+            for c in bytes.chunks_exact_mut(4) {
+                c.copy_from_slice(&(rng.normal() * 3.0).to_le_bytes());
+            }
+        }
+        QuantType::F16 | QuantType::BF16 => {
+            for c in bytes.chunks_exact_mut(2) {
+                // Any finite bit pattern, subnormals included.
+                loop {
+                    let bits = rng.next_u64() as u16;
+                    let finite = if t == QuantType::F16 {
+                        f16::from_bits(bits).is_finite()
+                    } else {
+                        bf16::from_bits(bits).is_finite()
+                    };
+                    if finite {
+                        c.copy_from_slice(&bits.to_le_bytes());
+                        break;
+                    }
+                }
+            }
+        }
+        _ => {
+            rng.fill(&mut bytes);
+            let layout = DeviceLayout::of(t).expect("quantized type");
+            for block in bytes.chunks_exact_mut(t.block_bytes()) {
+                for &off in layout.scales {
+                    let mag = 2f32.powf(rng.range(-12.0, 1.0));
+                    let v = if rng.below(2) == 0 { mag } else { -mag };
+                    block[off..off + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+        }
+    }
+    bytes
+}
+
+fn check_type(t: QuantType, shapes: &[(usize, usize)]) {
+    let ctx = gpu();
+    let mut rng = Rng::fresh(&format!("dequant_{}", t.name()));
+    let mut up = Uploader::new(&ctx).expect("staging ring");
+    for &(rows, cols) in shapes {
+        let bytes = random_tensor(&mut rng, t, rows * cols);
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        let gpu_out = dequantize_gpu(&ctx, &w).expect("gpu dequant");
+        let cpu_out = dequantize_vec(t, &bytes, rows * cols).expect("cpu dequant");
+        let mismatches: Vec<usize> = (0..cpu_out.len())
+            .filter(|&i| gpu_out[i].to_bits() != cpu_out[i].to_bits())
+            .collect();
+        if let Some(&i) = mismatches.first() {
+            panic!(
+                "{t} [{rows}x{cols}]: {} of {} weights differ; first at {i}: gpu {} cpu {}",
+                mismatches.len(),
+                cpu_out.len(),
+                gpu_out[i],
+                cpu_out[i]
+            );
+        }
+    }
+}
+
+fn shapes_for(t: QuantType) -> Vec<(usize, usize)> {
+    let qk = t.block_size().max(32);
+    vec![(1, qk), (3, qk * 2), (17, qk * 3), (129, qk), (7, qk * 11)]
+}
+
+macro_rules! dequant_tests {
+    ($($name:ident => $t:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            check_type($t, &shapes_for($t));
+        }
+    )*};
+}
+
+dequant_tests! {
+    dequant_f32_matches_ref_bit_exact => QuantType::F32;
+    dequant_f16_matches_ref_bit_exact => QuantType::F16;
+    dequant_bf16_matches_ref_bit_exact => QuantType::BF16;
+    dequant_q4_0_matches_ref_bit_exact => QuantType::Q4_0;
+    dequant_q4_1_matches_ref_bit_exact => QuantType::Q4_1;
+    dequant_q5_0_matches_ref_bit_exact => QuantType::Q5_0;
+    dequant_q5_1_matches_ref_bit_exact => QuantType::Q5_1;
+    dequant_q8_0_matches_ref_bit_exact => QuantType::Q8_0;
+    dequant_q2_k_matches_ref_bit_exact => QuantType::Q2K;
+    dequant_q3_k_matches_ref_bit_exact => QuantType::Q3K;
+    dequant_q4_k_matches_ref_bit_exact => QuantType::Q4K;
+    dequant_q5_k_matches_ref_bit_exact => QuantType::Q5K;
+    dequant_q6_k_matches_ref_bit_exact => QuantType::Q6K;
+}
+
+#[test]
+fn dequant_f16_odd_columns_matches_ref_bit_exact() {
+    check_type(QuantType::F16, &[(5, 33), (3, 1)]);
+}
+
+#[test]
+fn dequant_tensor_larger_than_one_descriptor_matches_ref() {
+    // One row more than a single storage-buffer range holds, so the weight is
+    // split into chunks and each chunk bound separately.
+    let ctx = gpu();
+    let t = QuantType::Q8_0;
+    let cols = 4096;
+    let device_row = cols / 32 * 36;
+    let max = ctx.caps().max_binding_bytes(4) as usize;
+    let rows = max / device_row + 1;
+    if rows * device_row > (1usize << 31) {
+        panic!("device range {max} too large for this test's memory budget");
+    }
+    let mut rng = Rng::fresh("dequant_big");
+    let bytes = random_tensor(&mut rng, t, rows * cols);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w =
+        QuantWeight::from_gguf_bytes(&ctx, &mut up, "big", t, rows, cols, &bytes).expect("upload");
+    up.flush().expect("flush");
+    assert!(w.chunks().len() >= 2, "expected a split weight");
+    let gpu_out = dequantize_gpu(&ctx, &w).expect("gpu");
+    let cpu_out = dequantize_vec(t, &bytes, rows * cols).expect("cpu");
+    assert!(
+        gpu_out
+            .iter()
+            .zip(&cpu_out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "split tensor differs from reference"
+    );
+}

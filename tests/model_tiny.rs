@@ -1,0 +1,203 @@
+//! Tiny random-weight models written by the project's own GGUF writer, run
+//! through the GPU model (prefill in batches, then replayed decode steps) and
+//! through the CPU f64 reference forward: logits agree to 1e-3 relative.
+//! Also the error paths: context full, token out of range, mis-shaped files.
+
+mod common;
+
+use std::sync::Arc;
+
+use combs::ModelError;
+use combs::formats::gguf::GgufFile;
+use combs::models::reference::ReferenceModel;
+use combs::models::synth::{SynthConfig, synth_gguf};
+use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
+use combs::quant::QuantType;
+use combs::runtime::{Session, SessionOptions};
+use common::{Rng, gpu};
+
+fn tiny(arch: &str, seed: u64) -> SynthConfig {
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.arch = arch.to_string();
+    cfg.seed = seed;
+    cfg
+}
+
+fn load(cfg: &SynthConfig) -> (GgufFile, Arc<dyn GenerativeModel>) {
+    let bytes = synth_gguf(cfg).expect("synth").to_bytes();
+    let g = GgufFile::from_bytes(bytes).expect("parse");
+    let model = ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .expect("load");
+    (g, model)
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|&b| f64::from(b).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+/// Prefills `prompt` (in batches of `n_batch`), then decodes `extra` tokens,
+/// checking every position's logits against the reference.
+fn check_against_reference(arch: &str, n_batch: usize) {
+    let mut rng = Rng::fresh(&format!("tiny_{arch}"));
+    let cfg = tiny(arch, rng.next_u64());
+    let (g, model) = load(&cfg);
+    let spec = model.spec().clone();
+    let mut reference = ReferenceModel::load(&g, spec.clone()).expect("reference");
+    let prompt: Vec<u32> = (0..23).map(|_| rng.below(cfg.n_vocab) as u32).collect();
+    let opts = SessionOptions {
+        n_ctx: 64,
+        n_batch,
+        n_logit_rows: n_batch,
+        ..Default::default()
+    };
+    let mut session = Session::new(model, &opts).expect("session");
+    let all = session.prefill_all_logits(&prompt).expect("prefill");
+    let n_vocab = cfg.n_vocab;
+    for (i, &t) in prompt.iter().enumerate() {
+        let want = reference.step(t).expect("reference step");
+        let got = &all[i * n_vocab..(i + 1) * n_vocab];
+        let e = rel_err(got, &want);
+        assert!(e < 1e-3, "{arch}: prompt position {i}: relative error {e}");
+    }
+    for step in 0..8 {
+        let t = rng.below(n_vocab) as u32;
+        session.decode(t).expect("decode");
+        let want = reference.step(t).expect("reference step");
+        let e = rel_err(session.logits(), &want);
+        assert!(e < 1e-3, "{arch}: decode step {step}: relative error {e}");
+    }
+}
+
+#[test]
+fn tiny_llama_gpu_matches_cpu_reference() {
+    check_against_reference("llama", 512);
+}
+
+#[test]
+fn tiny_llama_small_batches_match_cpu_reference() {
+    check_against_reference("llama", 5);
+}
+
+#[test]
+fn tiny_qwen2_with_qkv_bias_matches_cpu_reference() {
+    check_against_reference("qwen2", 512);
+}
+
+#[test]
+fn tiny_qwen3_with_qk_norm_matches_cpu_reference() {
+    check_against_reference("qwen3", 7);
+}
+
+#[test]
+fn session_prefill_past_ctx_is_context_full() {
+    let (_, model) = load(&tiny("llama", 3));
+    let opts = SessionOptions {
+        n_ctx: 16,
+        ..Default::default()
+    };
+    let mut s = Session::new(model, &opts).expect("session");
+    let err = s.prefill(&[5; 17]).expect_err("must not fit");
+    assert!(
+        matches!(err, ModelError::ContextFull { n_ctx: 16, .. }),
+        "{err}"
+    );
+    // Nothing was evaluated; the session still works.
+    assert_eq!(s.len(), 0);
+    s.prefill(&[5; 16]).expect("fits exactly");
+    let err = s.decode(7).expect_err("full");
+    assert!(matches!(err, ModelError::ContextFull { .. }), "{err}");
+    s.rewind(10).expect("rewind");
+    s.decode(7).expect("room again");
+    assert_eq!(s.len(), 11);
+}
+
+#[test]
+fn session_token_out_of_range_is_an_error() {
+    let cfg = tiny("llama", 4);
+    let (_, model) = load(&cfg);
+    let mut s = Session::new(
+        model,
+        &SessionOptions {
+            n_ctx: 32,
+            ..Default::default()
+        },
+    )
+    .expect("session");
+    let err = s
+        .prefill(&[1, cfg.n_vocab as u32])
+        .expect_err("out of range");
+    assert!(matches!(err, ModelError::TokenOutOfRange { .. }), "{err}");
+    assert!(s.rewind(5).is_err(), "rewind past the end");
+}
+
+#[test]
+fn rewind_then_decode_matches_fresh_evaluation() {
+    let (_, model) = load(&tiny("llama", 5));
+    let opts = SessionOptions {
+        n_ctx: 64,
+        ..Default::default()
+    };
+    let mut a = Session::new(model.clone(), &opts).expect("session");
+    a.prefill(&[1, 9, 33, 77, 100, 42]).expect("prefill");
+    a.rewind(3).expect("rewind");
+    a.decode(200).expect("decode");
+    let mut b = Session::new(model, &opts).expect("session");
+    b.prefill(&[1, 9, 33, 200]).expect("prefill");
+    assert!(rel_err(a.logits(), b.logits()) < 1e-5);
+}
+
+#[test]
+fn model_with_mis_shaped_tensor_names_it() {
+    let cfg = tiny("llama", 6);
+    let mut bad = cfg.clone();
+    // Metadata says 96-wide FFN while the tensors are 128-wide.
+    bad.n_ff = 96;
+    let good_bytes = synth_gguf(&cfg).expect("synth");
+    let mut w = combs::formats::gguf_writer::GgufWriter::new();
+    let g_good = GgufFile::from_bytes(good_bytes.to_bytes()).expect("parse");
+    for (k, v) in g_good.metadata() {
+        if k == "llama.feed_forward_length" {
+            w.add(k.clone(), 96u32).expect("meta");
+        } else {
+            w.add(k.clone(), v.clone()).expect("meta");
+        }
+    }
+    for t in g_good.tensors() {
+        w.add_tensor(
+            t.name.clone(),
+            t.ggml_type,
+            &t.dims,
+            g_good.tensor_data(t).to_vec(),
+        )
+        .expect("tensor");
+    }
+    let g = GgufFile::from_bytes(w.to_bytes()).expect("parse");
+    let err = ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .err()
+        .expect("must fail");
+    assert!(matches!(err, ModelError::Shape { .. }), "{err}");
+    assert!(err.to_string().contains("blk.0.ffn_gate.weight"), "{err}");
+}
+
+#[test]
+fn unknown_architecture_is_named() {
+    let mut cfg = tiny("llama", 7);
+    cfg.arch = "mamba9".into();
+    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
+    let err = ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .err()
+        .expect("must fail");
+    assert!(
+        matches!(err, ModelError::UnsupportedArchitecture(ref a) if a == "mamba9"),
+        "{err}"
+    );
+}

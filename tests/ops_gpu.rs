@@ -1,0 +1,507 @@
+//! Every kernel family against its CPU reference on fresh random data:
+//! linear (matvec and tiled matmul, every weight format, split weights,
+//! bias and accumulate), rms_norm, rope, glu, get_rows, kv_store + attention.
+
+mod common;
+
+use std::sync::Arc;
+
+use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, upload_new};
+use combs::ops::View;
+use combs::ops::attention::{
+    AttentionOptions, AttentionShape, CacheAddressing, attention_ref, record_attention,
+    record_kv_store,
+};
+use combs::ops::get_rows::record_get_rows;
+use combs::ops::glu::{Activation, act_ref, record_glu};
+use combs::ops::linear::{LinearVariant, linear_ref, record_linear_with};
+use combs::ops::rms_norm::{NormFlavor, record_rms_norm, rms_norm_ref};
+use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
+use combs::quant::{DeviceLayout, QuantType, QuantWeight, dequantize_vec};
+use common::{Rng, gpu};
+use half::f16;
+
+fn device_f32(ctx: &Arc<GpuContext>, v: &[f32]) -> Arc<Buffer> {
+    upload_new(ctx, bytemuck::cast_slice(v), "test input").expect("upload")
+}
+
+fn host_i32(ctx: &Arc<GpuContext>, v: &[i32]) -> Arc<Buffer> {
+    let b = Buffer::new(ctx, (4 * v.len()) as u64, MemoryKind::Upload, "ints").expect("buffer");
+    b.write_slice(0, v).expect("write");
+    b
+}
+
+fn readback(ctx: &Arc<GpuContext>, floats: usize) -> Arc<Buffer> {
+    Buffer::new(ctx, (4 * floats) as u64, MemoryKind::Readback, "out").expect("buffer")
+}
+
+fn read(b: &Arc<Buffer>, n: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; n];
+    b.read_slice(0, &mut v).expect("read");
+    v
+}
+
+fn run(ctx: &Arc<GpuContext>, f: impl FnOnce(&mut Recording)) {
+    let mut rec = Recording::new(ctx, false).expect("recording");
+    f(&mut rec);
+    rec.finish().expect("finish");
+    rec.submit_and_wait().expect("submit");
+}
+
+/// Relative L2 error of `got` against `want`.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|&b| f64::from(b).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Random GGUF bytes of `t` with finite scales and quants, normal weights for dense types.
+fn random_weight(rng: &mut Rng, t: QuantType, n: usize) -> Vec<u8> {
+    match t {
+        QuantType::F32 => bytemuck::cast_slice(&rng.normals(n, 0.5)).to_vec(),
+        QuantType::F16 => rng
+            .normals(n, 0.5)
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        QuantType::BF16 => rng
+            .normals(n, 0.5)
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => {
+            let mut bytes = vec![0u8; n / t.block_size() * t.block_bytes()];
+            rng.fill(&mut bytes);
+            let layout = DeviceLayout::of(t).expect("quantized");
+            for block in bytes.chunks_exact_mut(t.block_bytes()) {
+                for &off in layout.scales {
+                    let v = rng.range(0.001, 0.05) * if rng.below(2) == 0 { 1.0 } else { -1.0 };
+                    block[off..off + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                }
+            }
+            bytes
+        }
+    }
+}
+
+fn check_linear(t: QuantType, rows: usize, cols: usize, n: usize, bias: bool, accumulate: bool) {
+    let variants: &[LinearVariant] = if n == 1 {
+        &[
+            LinearVariant::Matvec,
+            LinearVariant::Tiled,
+            LinearVariant::Rows,
+        ]
+    } else {
+        &[LinearVariant::Tiled, LinearVariant::Rows]
+    };
+    for &v in variants {
+        check_linear_variant(v, t, rows, cols, n, bias, accumulate);
+    }
+}
+
+fn check_linear_variant(
+    variant: LinearVariant,
+    t: QuantType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    bias: bool,
+    accumulate: bool,
+) {
+    let ctx = gpu();
+    let mut rng = Rng::fresh(&format!("linear_{}_{rows}x{cols}_n{n}", t.name()));
+    let bytes = random_weight(&mut rng, t, rows * cols);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w =
+        QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes).expect("upload");
+    up.flush().expect("flush");
+    let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+    let x = rng.normals(n * cols, 1.0);
+    let b = rng.normals(rows, 1.0);
+    let init = rng.normals(n * rows, 1.0);
+    let xb = device_f32(&ctx, &x);
+    let bb = device_f32(&ctx, &b);
+    let out = readback(&ctx, n * rows);
+    out.write_slice(0, &init).expect("init");
+    run(&ctx, |rec| {
+        record_linear_with(
+            rec,
+            variant,
+            &w,
+            bias.then_some(&bb),
+            View::new(&xb, cols),
+            n,
+            View::new(&out, rows),
+            accumulate,
+        )
+        .expect("record");
+    });
+    let mut want = linear_ref(&wf, rows, cols, &x, n);
+    for tkn in 0..n {
+        for r in 0..rows {
+            let i = tkn * rows + r;
+            if bias {
+                want[i] += b[r];
+            }
+            if accumulate {
+                want[i] += init[i];
+            }
+        }
+    }
+    let got = read(&out, n * rows);
+    let e = rel_err(&got, &want);
+    assert!(
+        e < 1e-5,
+        "{variant:?} {t} {rows}x{cols} n={n}: relative error {e}"
+    );
+}
+
+const ALL_TYPES: [QuantType; 13] = QuantType::ALL;
+
+#[test]
+fn matvec_every_type_matches_ref() {
+    for t in ALL_TYPES {
+        check_linear(t, 67, 512, 1, false, false);
+    }
+}
+
+#[test]
+fn matmul_every_type_matches_ref() {
+    for t in ALL_TYPES {
+        check_linear(t, 67, 512, 37, false, false);
+    }
+}
+
+#[test]
+fn matvec_odd_rows_bias_accumulate_matches_ref() {
+    check_linear(QuantType::Q4_0, 131, 96, 1, true, true);
+    check_linear(QuantType::Q6K, 5, 768, 1, true, true);
+}
+
+#[test]
+fn matmul_partial_tiles_bias_accumulate_matches_ref() {
+    check_linear(QuantType::Q8_0, 65, 96, 33, true, true);
+    check_linear(QuantType::Q4K, 3, 256, 2, true, false);
+    check_linear(QuantType::F16, 130, 64, 65, false, true);
+}
+
+#[test]
+fn rms_norm_f32_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("rms_norm");
+    for (rows, cols) in [(1, 576), (7, 1000), (3, 33)] {
+        let x = rng.normals(rows * cols, 2.0);
+        let w = rng.normals(cols, 1.0);
+        let prev = rng.normals(rows * cols, 1.0);
+        for (flavor, add, weighted) in [
+            (NormFlavor::Plain, false, true),
+            (NormFlavor::ZeroCentred, false, true),
+            (NormFlavor::Plain, true, true),
+            (NormFlavor::Plain, false, false),
+        ] {
+            let xb = device_f32(&ctx, &x);
+            let wb = device_f32(&ctx, &w);
+            let out = readback(&ctx, rows * cols);
+            out.write_slice(0, &prev).expect("init");
+            run(&ctx, |rec| {
+                record_rms_norm(
+                    rec,
+                    View::new(&xb, cols),
+                    weighted.then_some(&wb),
+                    flavor,
+                    View::new(&out, cols),
+                    rows,
+                    cols,
+                    1e-5,
+                    add,
+                )
+                .expect("record");
+            });
+            let mut want = Vec::new();
+            for r in 0..rows {
+                let row = rms_norm_ref(
+                    &x[r * cols..(r + 1) * cols],
+                    weighted.then_some(&w[..]),
+                    flavor,
+                    1e-5,
+                );
+                want.extend(row);
+            }
+            if add {
+                want.iter_mut().zip(&prev).for_each(|(a, p)| *a += p);
+            }
+            let e = rel_err(&read(&out, rows * cols), &want);
+            assert!(e < 1e-5, "rms_norm {rows}x{cols} {flavor:?} add={add}: {e}");
+        }
+    }
+}
+
+#[test]
+fn rope_normal_and_neox_match_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("rope");
+    let (n, heads, hd) = (5, 3, 64);
+    for (style, n_rot, scaling) in [
+        (RopeStyle::Normal, 64, RopeScaling::None),
+        (RopeStyle::Neox, 64, RopeScaling::Linear { factor: 4.0 }),
+        (
+            RopeStyle::Neox,
+            32,
+            RopeScaling::FreqFactors((0..16).map(|i| 1.0 + i as f32).collect()),
+        ),
+    ] {
+        let x = rng.normals(n * heads * hd, 1.0);
+        let pos: Vec<i32> = (0..n).map(|_| rng.below(4000) as i32).collect();
+        let f = inv_freq(n_rot, 10000.0, &scaling);
+        let xb = readback(&ctx, x.len());
+        xb.write_slice(0, &x).expect("init");
+        let pb = host_i32(&ctx, &pos);
+        let fb = device_f32(&ctx, &f);
+        run(&ctx, |rec| {
+            record_rope(
+                rec,
+                View::new(&xb, heads * hd),
+                RopeShape {
+                    n_tokens: n,
+                    n_heads: heads,
+                    head_dim: hd,
+                    n_rot,
+                },
+                style,
+                &pb,
+                &fb,
+                1.0,
+            )
+            .expect("record");
+        });
+        let mut want = x.clone();
+        for t in 0..n {
+            for h in 0..heads {
+                let s = (t * heads + h) * hd;
+                rope_ref(&mut want[s..s + hd], pos[t], &f, n_rot, style, 1.0);
+            }
+        }
+        // Angles up to ~4000 rad in f32 lose ~1e-4 absolute precision.
+        let e = rel_err(&read(&xb, x.len()), &want);
+        assert!(e < 5e-4, "rope {style:?} n_rot={n_rot}: {e}");
+    }
+}
+
+#[test]
+fn glu_silu_and_gelu_match_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("glu");
+    let (n, w) = (3, 1000);
+    let g = rng.normals(n * w, 3.0);
+    let u = rng.normals(n * w, 1.0);
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        let gb = device_f32(&ctx, &g);
+        let ub = device_f32(&ctx, &u);
+        let out = readback(&ctx, n * w);
+        run(&ctx, |rec| {
+            record_glu(
+                rec,
+                act,
+                View::new(&gb, w),
+                View::new(&ub, w),
+                View::new(&out, w),
+                n,
+                w,
+            )
+            .expect("record");
+        });
+        let want: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(&a, &b)| act_ref(act, a) * b)
+            .collect();
+        let e = rel_err(&read(&out, n * w), &want);
+        assert!(e < 1e-5, "glu {act:?}: {e}");
+    }
+}
+
+#[test]
+fn get_rows_every_type_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("get_rows");
+    let (rows, cols) = (50, 256);
+    for t in ALL_TYPES {
+        let bytes = random_weight(&mut rng, t, rows * cols);
+        let mut up = Uploader::new(&ctx).expect("staging");
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "emb", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+        let ids: Vec<i32> = (0..9).map(|_| rng.below(rows) as i32).collect();
+        let idb = host_i32(&ctx, &ids);
+        let out = readback(&ctx, ids.len() * cols);
+        run(&ctx, |rec| {
+            record_get_rows(rec, &w, &idb, ids.len(), View::new(&out, cols), 1.5).expect("record");
+        });
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| {
+                wf[i as usize * cols..(i as usize + 1) * cols]
+                    .iter()
+                    .map(|v| v * 1.5)
+            })
+            .collect();
+        let e = rel_err(&read(&out, want.len()), &want);
+        assert!(e < 1e-6, "get_rows {t}: {e}");
+    }
+}
+
+/// Stores `n_past + n_new` random K/V rows through kv_store in a contiguous
+/// cache, then attends the `n_new` newest queries, comparing with the f64
+/// reference; covers GQA, sliding windows and soft-capping.
+fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: AttentionOptions) {
+    let ctx = gpu();
+    let mut rng = Rng::fresh(&format!("attention_{n_past}_{n_new}_{}", shape.head_dim));
+    let total = n_past + n_new;
+    let width = shape.n_head_kv * shape.head_dim;
+    let qw = shape.n_head * shape.head_dim;
+    let n_ctx = total + 3;
+    let kc = Buffer::new(&ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "k").expect("k");
+    let vc = Buffer::new(&ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "v").expect("v");
+    let keys: Vec<f32> = rng.normals(total * width, 1.0);
+    let values: Vec<f32> = rng.normals(total * width, 1.0);
+    // The cache holds f16; the reference sees the same rounded values.
+    let round = |v: &[f32]| {
+        v.iter()
+            .map(|&x| f16::from_f32(x).to_f32())
+            .collect::<Vec<_>>()
+    };
+    let (keys_h, values_h) = (round(&keys), round(&values));
+    let q = rng.normals(n_new * qw, 1.0);
+    let pos: Vec<i32> = (0..total as i32).collect();
+    let page_table = host_i32(&ctx, &[0]);
+    let seq_base = host_i32(&ctx, &vec![0; total]);
+    let posb = host_i32(&ctx, &pos);
+    let new_pos = host_i32(&ctx, &pos[n_past..]);
+    let kb = device_f32(&ctx, &keys);
+    let vb = device_f32(&ctx, &values);
+    let qb = device_f32(&ctx, &q);
+    let out = readback(&ctx, n_new * qw);
+    let at_all = CacheAddressing {
+        positions: &posb,
+        page_table: &page_table,
+        seq_base: &seq_base,
+        page_size: n_ctx,
+        ring: 0,
+    };
+    let at_new = CacheAddressing {
+        positions: &new_pos,
+        ..at_all
+    };
+    run(&ctx, |rec| {
+        record_kv_store(rec, View::new(&kb, width), total, width, &kc, at_all).expect("store k");
+        record_kv_store(rec, View::new(&vb, width), total, width, &vc, at_all).expect("store v");
+        record_attention(
+            rec,
+            View::new(&qb, qw),
+            View::new(&out, qw),
+            n_new,
+            shape,
+            &kc,
+            &vc,
+            at_new,
+            opts,
+        )
+        .expect("attention");
+    });
+    let got = read(&out, n_new * qw);
+    let hd = shape.head_dim;
+    let group = shape.n_head / shape.n_head_kv;
+    let mut want = Vec::new();
+    for t in 0..n_new {
+        for h in 0..shape.n_head {
+            let kvh = h / group;
+            let ks: Vec<&[f32]> = (0..total)
+                .map(|j| &keys_h[j * width + kvh * hd..j * width + (kvh + 1) * hd])
+                .collect();
+            let vs: Vec<&[f32]> = (0..total)
+                .map(|j| &values_h[j * width + kvh * hd..j * width + (kvh + 1) * hd])
+                .collect();
+            want.extend(attention_ref(
+                &q[t * qw + h * hd..t * qw + (h + 1) * hd],
+                &ks,
+                &vs,
+                n_past + t,
+                opts,
+            ));
+        }
+    }
+    let e = rel_err(&got, &want);
+    assert!(
+        e < 1e-4,
+        "attention past={n_past} new={n_new} {shape:?} {opts:?}: {e}"
+    );
+}
+
+#[test]
+fn attention_decode_and_prefill_match_ref() {
+    let shape = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let opts = AttentionOptions {
+        scale: 0.125,
+        softcap: 0.0,
+        window: 0,
+    };
+    check_attention(0, 1, shape, opts);
+    check_attention(150, 1, shape, opts);
+    check_attention(0, 77, shape, opts);
+    check_attention(40, 70, shape, opts);
+}
+
+#[test]
+fn attention_window_softcap_and_wide_heads_match_ref() {
+    let shape = AttentionShape {
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 256,
+    };
+    check_attention(
+        100,
+        30,
+        shape,
+        AttentionOptions {
+            scale: 0.0625,
+            softcap: 0.0,
+            window: 16,
+        },
+    );
+    check_attention(
+        10,
+        5,
+        shape,
+        AttentionOptions {
+            scale: 0.0625,
+            softcap: 20.0,
+            window: 0,
+        },
+    );
+    let odd = AttentionShape {
+        n_head: 3,
+        n_head_kv: 3,
+        head_dim: 96,
+    };
+    check_attention(
+        65,
+        2,
+        odd,
+        AttentionOptions {
+            scale: 0.1,
+            softcap: 0.0,
+            window: 0,
+        },
+    );
+}
