@@ -15,8 +15,10 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+pub mod requantize;
 pub mod types;
 pub mod weight;
+mod x86_cast;
 
 use std::borrow::Cow;
 

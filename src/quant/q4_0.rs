@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::x86_cast::c_f32_to_i8;
+
 /// Weights per block.
 pub const QK4_0: usize = 32;
 
@@ -49,8 +51,9 @@ pub fn quantize_row_q4_0(x: &[f32], out: &mut [BlockQ4_0]) {
         for j in 0..QK4_0 / 2 {
             let x0 = xb[j] * id;
             let x1 = xb[QK4_0 / 2 + j] * id;
-            let xi0 = ((x0 + 8.5) as i8 as u8).min(15);
-            let xi1 = ((x1 + 8.5) as i8 as u8).min(15);
+            // C: `MIN(15, (int8_t)(x + 8.5f))` stored in a uint8_t.
+            let xi0 = 15.min(i32::from(c_f32_to_i8(x0 + 8.5))) as u8;
+            let xi1 = 15.min(i32::from(c_f32_to_i8(x1 + 8.5))) as u8;
             b.qs[j] = xi0 | (xi1 << 4);
         }
     }

@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::x86_cast::c_f32_to_i8;
+
 /// Weights per block.
 pub const QK4_1: usize = 32;
 
@@ -37,8 +39,7 @@ pub fn dequantize_row_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
 /// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
 pub fn quantize_row_q4_1(x: &[f32], out: &mut [BlockQ4_1]) {
     for (xb, b) in x.chunks_exact(QK4_1).zip(out.iter_mut()) {
-        let min = xb.iter().copied().fold(f32::MAX, f32::min);
-        let max = xb.iter().copied().fold(-f32::MAX, f32::max);
+        let (min, max) = min_max(xb);
         let d = (max - min) / 15.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16::from_f32(d);
@@ -46,9 +47,27 @@ pub fn quantize_row_q4_1(x: &[f32], out: &mut [BlockQ4_1]) {
         for j in 0..QK4_1 / 2 {
             let x0 = (xb[j] - min) * id;
             let x1 = (xb[QK4_1 / 2 + j] - min) * id;
-            let xi0 = ((x0 + 0.5) as i8 as u8).min(15);
-            let xi1 = ((x1 + 0.5) as i8 as u8).min(15);
+            // C: `MIN(15, (int8_t)(x + 0.5f))` stored in a uint8_t.
+            let xi0 = 15.min(i32::from(c_f32_to_i8(x0 + 0.5))) as u8;
+            let xi1 = 15.min(i32::from(c_f32_to_i8(x1 + 0.5))) as u8;
             b.qs[j] = xi0 | (xi1 << 4);
         }
     }
+}
+
+/// The block's minimum and maximum as C's `if (v < min) min = v; if (v > max) max = v;`
+/// loop finds them (NaN never taken, the first of equal zeros kept), starting
+/// from `FLT_MAX` / `-FLT_MAX`.
+pub(crate) fn min_max(xb: &[f32]) -> (f32, f32) {
+    let mut min = f32::MAX;
+    let mut max = -f32::MAX;
+    for &v in xb {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
 }

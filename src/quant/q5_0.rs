@@ -5,6 +5,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::x86_cast::c_f32_to_i8;
+
 /// Weights per block.
 pub const QK5_0: usize = 32;
 
@@ -55,8 +57,9 @@ pub fn quantize_row_q5_0(x: &[f32], out: &mut [BlockQ5_0]) {
         for j in 0..QK5_0 / 2 {
             let x0 = xb[j] * id;
             let x1 = xb[QK5_0 / 2 + j] * id;
-            let xi0 = ((x0 + 16.5) as i8 as u8).min(31);
-            let xi1 = ((x1 + 16.5) as i8 as u8).min(31);
+            // C: `MIN(31, (int8_t)(x + 16.5f))` stored in a uint8_t.
+            let xi0 = 31.min(i32::from(c_f32_to_i8(x0 + 16.5))) as u8;
+            let xi1 = 31.min(i32::from(c_f32_to_i8(x1 + 16.5))) as u8;
             b.qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
             qh |= (u32::from(xi0 & 0x10) >> 4) << j;
             qh |= (u32::from(xi1 & 0x10) >> 4) << (j + QK5_0 / 2);

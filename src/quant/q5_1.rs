@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::x86_cast::c_f32_to_u8;
+
 /// Weights per block.
 pub const QK5_1: usize = 32;
 
@@ -42,8 +44,7 @@ pub fn dequantize_row_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
 /// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
 pub fn quantize_row_q5_1(x: &[f32], out: &mut [BlockQ5_1]) {
     for (xb, b) in x.chunks_exact(QK5_1).zip(out.iter_mut()) {
-        let min = xb.iter().copied().fold(f32::MAX, f32::min);
-        let max = xb.iter().copied().fold(-f32::MAX, f32::max);
+        let (min, max) = super::q4_1::min_max(xb);
         let d = (max - min) / 31.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16::from_f32(d);
@@ -52,8 +53,9 @@ pub fn quantize_row_q5_1(x: &[f32], out: &mut [BlockQ5_1]) {
         for j in 0..QK5_1 / 2 {
             let x0 = (xb[j] - min) * id;
             let x1 = (xb[QK5_1 / 2 + j] - min) * id;
-            let xi0 = (x0 + 0.5) as u8;
-            let xi1 = (x1 + 0.5) as u8;
+            // C: `(uint8_t)(x + 0.5f)`.
+            let xi0 = c_f32_to_u8(x0 + 0.5);
+            let xi1 = c_f32_to_u8(x1 + 0.5);
             b.qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
             qh |= (u32::from(xi0 & 0x10) >> 4) << j;
             qh |= (u32::from(xi1 & 0x10) >> 4) << (j + QK5_1 / 2);

@@ -4,6 +4,8 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::x86_cast::c_f32_to_i8;
+
 /// Weights per block.
 pub const QK8_0: usize = 32;
 
@@ -31,12 +33,16 @@ pub fn dequantize_row_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
 /// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     for (xb, b) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
-        let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        // C: `amax = MAX(amax, fabsf(v))`, whose comparison a NaN wins.
+        let amax = xb
+            .iter()
+            .fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() });
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = f16::from_f32(d);
         for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8 as u8;
+            // C: `qs[j] = roundf(x0)` into an int8_t.
+            *q = c_f32_to_i8((v * id).round()) as u8;
         }
     }
 }

@@ -31,14 +31,9 @@ pub struct QuantWeight {
     chunks: Vec<WeightChunk>,
 }
 
-/// Rows per chunk so that a chunk fits in one descriptor, or `None` if even one row does not.
-pub fn rows_per_chunk(
-    ctx: &GpuContext,
-    qtype: QuantType,
-    rows: usize,
-    cols: usize,
-) -> Option<usize> {
-    let max = ctx.caps().max_binding_bytes(4) as usize;
+/// Rows per chunk so that a chunk fits in `max` bytes (one descriptor's
+/// range), or `None` if even one row does not.
+pub fn rows_per_chunk(max: usize, qtype: QuantType, rows: usize, cols: usize) -> Option<usize> {
     let nb_row = cols / qtype.block_size();
     let row_bytes = device_bytes(qtype, nb_row).max(1);
     // Dense 16-bit rows of odd length share words across rows: keep chunk starts even.
@@ -96,6 +91,28 @@ impl QuantWeight {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Self> {
+        let max = ctx.caps().max_binding_bytes(4) as usize;
+        Self::from_gguf_bytes_chunked(ctx, up, name, qtype, rows, cols, bytes, max)
+    }
+
+    /// Like [`QuantWeight::from_gguf_bytes`] with chunks of at most
+    /// `max_chunk_bytes` (clamped to the device's descriptor range) — the split
+    /// path every device with a small range takes, exercised anywhere.
+    ///
+    /// # Errors
+    /// As [`QuantWeight::from_gguf_bytes`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_gguf_bytes_chunked(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        max_chunk_bytes: usize,
+    ) -> Result<Self> {
+        let max_chunk_bytes = max_chunk_bytes.min(ctx.caps().max_binding_bytes(4) as usize);
         let row_bytes = qtype.row_bytes(cols).map_err(|_| ModelError::Shape {
             tensor: name.to_string(),
             expected: vec![
@@ -111,13 +128,14 @@ impl QuantWeight {
                 got: vec![bytes.len() as u64],
             });
         }
-        let per_chunk =
-            rows_per_chunk(ctx, qtype, rows, cols).ok_or_else(|| ModelError::MissingFeature {
+        let per_chunk = rows_per_chunk(max_chunk_bytes, qtype, rows, cols).ok_or_else(|| {
+            ModelError::MissingFeature {
                 device: ctx.caps().name.clone(),
                 feature: format!(
                     "a storage buffer range of {row_bytes} bytes for one row of `{name}`"
                 ),
-            })?;
+            }
+        })?;
         let bb = qtype.block_bytes();
         let nb_row = cols / qtype.block_size();
         let mut chunks = Vec::new();
