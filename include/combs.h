@@ -7,12 +7,510 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Result of every fallible C call. `COMBS_OK` is 0; on any other value
+// `combs_last_error()` describes what failed on this thread.
+typedef enum combs_status {
+  // Success.
+  COMBS_OK = 0,
+  // A NULL handle or pointer, or a value outside what the call accepts.
+  COMBS_ERR_INVALID_ARGUMENT,
+  // The file could not be read.
+  COMBS_ERR_IO,
+  // The file is malformed or inconsistent.
+  COMBS_ERR_FORMAT,
+  // The architecture, tensor type or device feature is not supported.
+  COMBS_ERR_UNSUPPORTED,
+  // Device memory (or a page pool) ran out.
+  COMBS_ERR_OUT_OF_MEMORY,
+  // The Vulkan device failed or is missing.
+  COMBS_ERR_DEVICE,
+  // The session's context is full.
+  COMBS_ERR_CONTEXT_FULL,
+  // A bug in combs (including a caught panic).
+  COMBS_ERR_INTERNAL,
+  // The output buffer is too small; the needed size was written to the length out-parameter.
+  COMBS_ERR_BUFFER_TOO_SMALL,
+} combs_status;
+
+// KV cache implementation of a session.
+typedef enum combs_kv_kind {
+  // One contiguous block of `n_ctx` rows per layer.
+  COMBS_KV_CONTIGUOUS = 0,
+  // Fixed-size pages from a pool (needed by `combs_batch_decode`; not
+  // available yet: creating such a session fails).
+  COMBS_KV_PAGED = 1,
+} combs_kv_kind;
+
+// Weights and tokenizer of one model file. Only read after loading, so one
+// model may be used from several threads at once.
+typedef struct combs_model combs_model;
+
+// A Vulkan device. Models loaded on it keep it alive, so it may be freed
+// before them.
+typedef struct combs_runtime combs_runtime;
+
+// A sampler: options, random state and the recent tokens the penalty sees.
+typedef struct combs_sampler combs_sampler;
+
+// One sequence and its KV cache. Holds a reference to its model.
+typedef struct combs_session combs_session;
+
+// Options of `combs_runtime_create()`; start from
+// `combs_runtime_default_options()`. Fields may be appended, never reordered.
+typedef struct combs_runtime_options {
+  // Vulkan device index (as `combs info --devices` lists them); -1: the
+  // `COMBS_DEVICE` environment variable, else the first discrete GPU,
+  // else the first integrated one, else any (lavapipe on the CPU).
+  int32_t device_index;
+} combs_runtime_options;
+
+// Options of `combs_model_load()`; start from `combs_model_default_options()`.
+// Fields may be appended, never reordered.
+typedef struct combs_model_options {
+  // Draw a progress bar on stderr while the weights upload (only when
+  // stderr is a terminal).
+  bool show_progress;
+} combs_model_options;
+
+// A token id: an index into the model's vocabulary.
+typedef int32_t combs_token;
+
+// Options of `combs_session_create()`; start from
+// `combs_session_default_options()`. Fields may be appended, never reordered.
+typedef struct combs_session_options {
+  // Context size in tokens; 0: the model's training context
+  // (`combs_model_n_ctx_train`).
+  uint32_t n_ctx;
+  // KV cache implementation.
+  enum combs_kv_kind kv_kind;
+  // Rows per page of a paged cache (must be positive).
+  uint32_t page_size;
+  // Most prompt tokens evaluated per forward pass (device memory for
+  // activations grows with it); 0: 512.
+  uint32_t n_batch;
+} combs_session_options;
+
+// Sampling parameters; start from `combs_sampler_default_options()`.
+// Fields may be appended, never reordered.
+typedef struct combs_sampler_options {
+  // 0: greedy (argmax); otherwise logits are divided by it. Must be finite and >= 0.
+  float temperature;
+  // Keep the k most likely tokens (0 or less: all).
+  int32_t top_k;
+  // Keep the smallest set of tokens whose probability reaches p; in [0, 1] (1: all).
+  float top_p;
+  // Drop tokens less likely than min_p × the most likely one; in [0, 1] (0: none).
+  float min_p;
+  // Divide positive (multiply negative) logits of recent tokens by this; > 0 (1: off).
+  float repeat_penalty;
+  // How many recent tokens the penalty looks at (0: none, -1: all).
+  int32_t repeat_last_n;
+  // Seed of the random draw: the same seed and inputs give the same tokens.
+  uint64_t seed;
+} combs_sampler_options;
+
+// Receives each generated token `t` and the text it completes: `len` bytes
+// of UTF-8 at `piece`, followed by a NUL (the text may be empty when `t`
+// holds only part of a character; it arrives with the token that completes
+// it). `piece` is valid only during the call. Return true to go on, false
+// to stop. The callback must not unwind (no C++ exception, no longjmp)
+// through combs and must not use the session or sampler being generated with.
+typedef bool (*combs_token_callback)(combs_token t, const char *piece, size_t len, void *user_data);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// The library version as a NUL-terminated string, e.g. `"0.1.0"`.
+// The library version as a NUL-terminated static string, e.g. `"0.1.0"`.
 const char *combs_version(void);
+
+// The message of the last failed call on this thread: which function failed
+// and why (the file, byte offset, tensor, argument or position involved);
+// `""` before any failure. Never NULL. The string belongs to combs and stays
+// valid until the next failing call on this thread; successful calls leave
+// it unchanged.
+const char *combs_last_error(void);
+
+// The name of a status as a static NUL-terminated string, e.g.
+// `"COMBS_ERR_IO"`; `"COMBS_ERR_UNKNOWN"` for a value outside the enum.
+// Never NULL; the string must not be freed.
+const char *combs_status_str(combs_status s);
+
+// The default runtime options (`device_index` -1).
+struct combs_runtime_options combs_runtime_default_options(void);
+
+// Opens a Vulkan device. `opts` may be NULL for the defaults. On success
+// `*out` receives a runtime to release with `combs_runtime_free()`; on
+// failure it is set to NULL.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `out`, `device_index` below -1 or past
+// the last device, a malformed `COMBS_DEVICE`), `COMBS_ERR_DEVICE` (no
+// Vulkan loader or device), `COMBS_ERR_UNSUPPORTED` (the device lacks a
+// feature combs needs).
+//
+// # Safety
+// `opts` is NULL or points to a `combs_runtime_options`; `out` is writable.
+enum combs_status combs_runtime_create(const struct combs_runtime_options *opts,
+                                       struct combs_runtime **out);
+
+// Releases a runtime (NULL: no-op). Models loaded on it stay usable.
+//
+// # Safety
+// `rt` is NULL or a runtime from `combs_runtime_create()` not freed before
+// and not in use by another thread.
+void combs_runtime_free(struct combs_runtime *rt);
+
+// The default model options (no progress bar).
+struct combs_model_options combs_model_default_options(void);
+
+// Loads a GGUF model file onto the runtime's device. `opts` may be NULL for
+// the defaults. On success `*out` receives a model to release with
+// `combs_model_free()`; on failure it is set to NULL and
+// `combs_last_error()` names the file and what is wrong with it (byte
+// offset, metadata key or tensor).
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`), `COMBS_ERR_IO`
+// (missing or unreadable file, a directory), `COMBS_ERR_FORMAT` (not GGUF,
+// truncated, inconsistent metadata, missing tensor, bad shape),
+// `COMBS_ERR_UNSUPPORTED` (unknown architecture or tensor type),
+// `COMBS_ERR_OUT_OF_MEMORY`, `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `path` is NULL or a NUL-terminated string;
+// `opts` is NULL or points to a `combs_model_options`; `out` is writable.
+enum combs_status combs_model_load(struct combs_runtime *rt,
+                                   const char *path,
+                                   const struct combs_model_options *opts,
+                                   struct combs_model **out);
+
+// Releases a model (NULL: no-op). Sessions created from it keep the weights
+// alive and stay usable until they are freed themselves.
+//
+// # Safety
+// `m` is NULL or a model from `combs_model_load()` not freed before and not
+// in use by another thread.
+void combs_model_free(struct combs_model *m);
+
+// Number of logits per position, which is also the bound of valid token ids
+// (`0 .. n_vocab - 1`); -1 when `m` is NULL.
+//
+// # Safety
+// `m` is NULL or a live model.
+int32_t combs_model_n_vocab(const struct combs_model *m);
+
+// The context length the model was trained with (`<arch>.context_length`);
+// -1 when `m` is NULL.
+//
+// # Safety
+// `m` is NULL or a live model.
+int32_t combs_model_n_ctx_train(const struct combs_model *m);
+
+// The beginning-of-sequence token; -1 when the vocabulary has none or `m` is NULL.
+//
+// # Safety
+// `m` is NULL or a live model.
+combs_token combs_model_token_bos(const struct combs_model *m);
+
+// The end-of-sequence token; -1 when the vocabulary has none or `m` is NULL.
+//
+// # Safety
+// `m` is NULL or a live model.
+combs_token combs_model_token_eos(const struct combs_model *m);
+
+// `true` when `t` ends generation (EOS, EOT, `<|im_end|>`, …); false for
+// other tokens, ids out of range, or a NULL `m`.
+//
+// # Safety
+// `m` is NULL or a live model.
+bool combs_model_token_is_eog(const struct combs_model *m, combs_token t);
+
+// Tokenizes `len` bytes of UTF-8 `text` (no NUL needed) into `out`, which
+// holds `cap` tokens. `add_special` adds BOS/EOS as the model's metadata asks
+// (what a prompt at the start of a session wants). Control tokens written in
+// the text, such as `<|im_start|>` in the output of
+// `combs_chat_apply_template()`, become those tokens; use
+// `combs_tokenize_ex()` to tokenize untrusted text as plain text. On success
+// `*n_out` is the number of tokens written.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `n_out`, NULL `text` with a
+// positive `len`, NULL `out` with a positive `cap`, text that is not UTF-8),
+// `COMBS_ERR_BUFFER_TOO_SMALL` (nothing written; `*n_out` is the number of
+// tokens needed — call with `cap` 0 to ask for it).
+//
+// # Safety
+// `m` is NULL or a live model; `text` is valid for `len` bytes; `out` is
+// NULL or valid for `cap` writes; `n_out` is NULL or writable.
+enum combs_status combs_tokenize(const struct combs_model *m,
+                                 const char *text,
+                                 size_t len,
+                                 bool add_special,
+                                 combs_token *out,
+                                 size_t cap,
+                                 size_t *n_out);
+
+// `combs_tokenize()` with the choice of whether control tokens written in
+// the text are parsed (`parse_special` true, what `combs_tokenize` does) or
+// tokenized as plain text (false: for text from users, so that it cannot
+// forge `<|im_end|>` and the like).
+//
+// # Errors
+// As `combs_tokenize()`.
+//
+// # Safety
+// As `combs_tokenize()`.
+enum combs_status combs_tokenize_ex(const struct combs_model *m,
+                                    const char *text,
+                                    size_t len,
+                                    bool add_special,
+                                    bool parse_special,
+                                    combs_token *out,
+                                    size_t cap,
+                                    size_t *n_out);
+
+// Writes the text of token `t` into `buf` (`cap` bytes) followed by a NUL;
+// `*len_out` is the piece's length in bytes. Control tokens render as their
+// text (`<|im_end|>`). A piece may hold part of a UTF-8 character (byte
+// tokens); `combs_generate()` joins them for you.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `len_out`, NULL `buf` with
+// `cap` > 0, `t` outside `0 .. n_vocab - 1`), `COMBS_ERR_BUFFER_TOO_SMALL`
+// (nothing written; `*len_out` is the capacity needed, NUL included).
+//
+// # Safety
+// `m` is NULL or a live model; `buf` is NULL or valid for `cap` bytes;
+// `len_out` is NULL or writable.
+enum combs_status combs_token_to_piece(const struct combs_model *m,
+                                       combs_token t,
+                                       char *buf,
+                                       size_t cap,
+                                       size_t *len_out);
+
+// Renders `n_messages` messages (`roles[i]`, `contents[i]`: NUL-terminated
+// UTF-8, e.g. `"system"`, `"user"`, `"assistant"`) with the model's chat
+// template into `buf` (`cap` bytes, NUL-terminated); `*len_out` is the
+// text's length. `add_generation_prompt` appends the opening of an
+// assistant turn. Tokenize the result with `combs_tokenize` (which parses
+// the template's control tokens) and `add_special` true.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `len_out`, NULL `roles` or
+// `contents` with `n_messages` > 0 or a NULL entry in them, text that is not
+// UTF-8, a conversation the template refuses — e.g. roles that do not
+// alternate), `COMBS_ERR_FORMAT` (the model's template does not render),
+// `COMBS_ERR_BUFFER_TOO_SMALL` (nothing written; `*len_out` is the capacity
+// needed, NUL included).
+//
+// # Safety
+// `m` is NULL or a live model; `roles` and `contents` are NULL or arrays of
+// `n_messages` pointers, each NULL or a NUL-terminated string; `buf` is NULL
+// or valid for `cap` bytes; `len_out` is NULL or writable.
+enum combs_status combs_chat_apply_template(const struct combs_model *m,
+                                            const char *const *roles,
+                                            const char *const *contents,
+                                            size_t n_messages,
+                                            bool add_generation_prompt,
+                                            char *buf,
+                                            size_t cap,
+                                            size_t *len_out);
+
+// The default session options: the training context, a contiguous cache,
+// pages of 256 rows, batches of 512 tokens.
+struct combs_session_options combs_session_default_options(void);
+
+// Creates an empty session on `m` with its own KV cache. `opts` may be NULL
+// for the defaults. Several sessions may share one model; each keeps the
+// model alive, so `combs_model_free` may come before `combs_session_free`.
+// On failure `*out` is set to NULL.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `out`, a `kv_kind` outside the
+// enum, `n_ctx` above 2^24, `page_size` 0, and — until the paged cache
+// lands — `COMBS_KV_PAGED`), `COMBS_ERR_OUT_OF_MEMORY` (the KV cache does
+// not fit on the device: lower `n_ctx`), `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `m` is NULL or a live model; `opts` is NULL or points to a
+// `combs_session_options`; `out` is writable.
+enum combs_status combs_session_create(struct combs_model *m,
+                                       const struct combs_session_options *opts,
+                                       struct combs_session **out);
+
+// Releases a session and its KV cache (NULL: no-op).
+//
+// # Safety
+// `s` is NULL or a session from `combs_session_create()` not freed before
+// and not in use by another thread.
+void combs_session_free(struct combs_session *s);
+
+// Evaluates `n` tokens after those the session holds (a prompt, or the
+// next part of one); afterwards `combs_session_logits` gives the logits of
+// the last of them. `n` 0 does nothing.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s`, NULL `tokens` with `n` > 0, a
+// token outside `0 .. n_vocab - 1`: the message gives its index),
+// `COMBS_ERR_CONTEXT_FULL` (the tokens do not fit in `n_ctx`). After these
+// nothing was evaluated and the session is unchanged.
+// `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE`: the device failed; free
+// the session.
+//
+// # Safety
+// `s` is NULL or a live session used by no other thread; `tokens` is valid
+// for `n` reads.
+enum combs_status combs_session_prefill(struct combs_session *s,
+                                        const combs_token *tokens,
+                                        size_t n);
+
+// Evaluates one token (the one just sampled) after those the session holds.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s`, `t` out of range),
+// `COMBS_ERR_CONTEXT_FULL` (the session holds `n_ctx` tokens): the session
+// is unchanged. `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE` as for
+// `combs_session_prefill`.
+//
+// # Safety
+// `s` is NULL or a live session used by no other thread.
+enum combs_status combs_session_decode(struct combs_session *s, combs_token t);
+
+// The logits of the session's last position: `combs_model_n_vocab` floats.
+// The array belongs to the session and stays valid (and unchanged) until
+// the next `combs_session_prefill`, `combs_session_decode`,
+// `combs_session_rewind`, `combs_generate` or `combs_session_free` on it.
+// NULL (with `combs_last_error()` set) when `s` is NULL or nothing has been
+// evaluated since the session was created or rewound to fewer positions.
+//
+// # Safety
+// `s` is NULL or a live session not being modified by another thread.
+const float *combs_session_logits(const struct combs_session *s);
+
+// Number of positions (tokens) the session holds; 0 when `s` is NULL.
+//
+// # Safety
+// `s` is NULL or a live session not being modified by another thread.
+size_t combs_session_len(const struct combs_session *s);
+
+// The session's context size in tokens; 0 when `s` is NULL.
+//
+// # Safety
+// `s` is NULL or a live session not being modified by another thread.
+uint32_t combs_session_n_ctx(const struct combs_session *s);
+
+// Keeps the first `n_keep` positions and forgets the rest (0: start over),
+// so that a conversation can branch or a prompt be re-evaluated. Rewinding
+// to fewer positions than held invalidates the logits until the next
+// evaluation.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `s`, or `n_keep` past the positions
+// held (the session is unchanged).
+//
+// # Safety
+// `s` is NULL or a live session used by no other thread.
+enum combs_status combs_session_rewind(struct combs_session *s, size_t n_keep);
+
+// The default sampling options (llama.cpp's): temperature 0.8, top_k 40,
+// top_p 0.95, min_p 0.05, repeat_penalty 1 (off), repeat_last_n 64, a fixed seed.
+struct combs_sampler_options combs_sampler_default_options(void);
+
+// Creates a sampler. `opts` may be NULL for the defaults. On failure `*out`
+// is set to NULL.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `out`, or an option out of range (the
+// message names it): a negative or non-finite temperature, top_p or min_p
+// outside [0, 1], repeat_penalty not positive, repeat_last_n below -1.
+//
+// # Safety
+// `opts` is NULL or points to a `combs_sampler_options`; `out` is writable.
+enum combs_status combs_sampler_create(const struct combs_sampler_options *opts,
+                                       struct combs_sampler **out);
+
+// Releases a sampler (NULL: no-op).
+//
+// # Safety
+// `smp` is NULL or a sampler from `combs_sampler_create()` not freed before
+// and not in use by another thread.
+void combs_sampler_free(struct combs_sampler *smp);
+
+// Draws a token from `n_vocab` logits (usually `combs_session_logits`) and
+// remembers it for the repetition penalty. Returns -1 (with
+// `combs_last_error()` set) when `smp` or `logits` is NULL or `n_vocab` is
+// 0 or above `INT32_MAX`.
+//
+// # Safety
+// `smp` is NULL or a live sampler used by no other thread; `logits` is valid
+// for `n_vocab` reads.
+combs_token combs_sampler_sample(struct combs_sampler *smp, const float *logits, size_t n_vocab);
+
+// Tells the sampler about a token it did not draw (a prompt token, say), so
+// that the repetition penalty sees it.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `smp` or a negative `t`.
+//
+// # Safety
+// `smp` is NULL or a live sampler used by no other thread.
+enum combs_status combs_sampler_accept(struct combs_sampler *smp, combs_token t);
+
+// Forgets the recent tokens and restarts the random draw from the seed.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `smp`.
+//
+// # Safety
+// `smp` is NULL or a live sampler used by no other thread.
+enum combs_status combs_sampler_reset(struct combs_sampler *smp);
+
+// Generates up to `max_tokens` tokens after what the session holds (prefill
+// a prompt first): samples from the session's logits with `smp`, stops at an
+// end-of-generation token (which is neither passed to `cb` nor added to the
+// session), passes each other token and its text to `cb` (NULL: no
+// callback), and evaluates it so the session holds it. When `cb` returns
+// false, generation stops and that token is not evaluated (the session ends
+// with the token before it). The tokens of the prompt are not shown to the
+// sampler's repetition penalty; use `combs_sampler_accept` for that.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s` or `smp`, a session without
+// logits), `COMBS_ERR_CONTEXT_FULL` (the context filled up: every token
+// made so far was passed to `cb`, the last one was not evaluated),
+// `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `s` and `smp` are NULL or live handles used by no other thread; `cb` is
+// NULL or a function as `combs_token_callback` describes; `user_data` is
+// passed through untouched.
+enum combs_status combs_generate(struct combs_session *s,
+                                 struct combs_sampler *smp,
+                                 size_t max_tokens,
+                                 combs_token_callback cb,
+                                 void *user_data);
+
+// Evaluates `tokens[i]` after what `sessions[i]` holds, for `n` sessions of
+// model `m` at once (sessions created with `COMBS_KV_PAGED`, each at most
+// once per call). **Not available yet**: after validating its arguments it
+// returns `COMBS_ERR_UNSUPPORTED` (also for `n` 0, so
+// `combs_batch_decode(m, NULL, NULL, 0)` probes for support). Use one
+// `combs_session_decode` per session meanwhile.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m`, NULL `sessions` or `tokens` with
+// `n` > 0, a NULL session, a session of another model or listed twice, a
+// token out of range — the message gives the index),
+// `COMBS_ERR_UNSUPPORTED` (this build has no batched decoding).
+//
+// # Safety
+// `m` is NULL or a live model; `sessions` and `tokens` are valid for `n`
+// reads; each session is NULL or live and used by no other thread.
+enum combs_status combs_batch_decode(struct combs_model *m,
+                                     struct combs_session *const *sessions,
+                                     const combs_token *tokens,
+                                     size_t n);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,4 +1,7 @@
-//! `combs_status` and the mapping from [`ModelError`] variants to it.
+//! `combs_status`, the mapping from [`ModelError`] variants to it, and
+//! `combs_status_str`.
+
+use std::ffi::{c_char, c_int};
 
 use crate::error::ModelError;
 
@@ -49,10 +52,82 @@ impl From<&ModelError> for combs_status {
             ModelError::PoolExhausted { .. } | ModelError::OutOfDeviceMemory { .. } => {
                 COMBS_ERR_OUT_OF_MEMORY
             }
+            ModelError::Vulkan {
+                result:
+                    ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+                    | ash::vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+                ..
+            } => COMBS_ERR_OUT_OF_MEMORY,
             ModelError::NoDevice(_) | ModelError::Vulkan { .. } | ModelError::Allocation { .. } => {
                 COMBS_ERR_DEVICE
             }
             ModelError::Internal(_) => COMBS_ERR_INTERNAL,
         }
     }
+}
+
+impl combs_status {
+    /// Every status, in value order.
+    pub const ALL: [combs_status; 10] = [
+        combs_status::COMBS_OK,
+        combs_status::COMBS_ERR_INVALID_ARGUMENT,
+        combs_status::COMBS_ERR_IO,
+        combs_status::COMBS_ERR_FORMAT,
+        combs_status::COMBS_ERR_UNSUPPORTED,
+        combs_status::COMBS_ERR_OUT_OF_MEMORY,
+        combs_status::COMBS_ERR_DEVICE,
+        combs_status::COMBS_ERR_CONTEXT_FULL,
+        combs_status::COMBS_ERR_INTERNAL,
+        combs_status::COMBS_ERR_BUFFER_TOO_SMALL,
+    ];
+
+    /// The status's name as a NUL-terminated static string.
+    fn name(self) -> &'static str {
+        use combs_status::*;
+        match self {
+            COMBS_OK => "COMBS_OK\0",
+            COMBS_ERR_INVALID_ARGUMENT => "COMBS_ERR_INVALID_ARGUMENT\0",
+            COMBS_ERR_IO => "COMBS_ERR_IO\0",
+            COMBS_ERR_FORMAT => "COMBS_ERR_FORMAT\0",
+            COMBS_ERR_UNSUPPORTED => "COMBS_ERR_UNSUPPORTED\0",
+            COMBS_ERR_OUT_OF_MEMORY => "COMBS_ERR_OUT_OF_MEMORY\0",
+            COMBS_ERR_DEVICE => "COMBS_ERR_DEVICE\0",
+            COMBS_ERR_CONTEXT_FULL => "COMBS_ERR_CONTEXT_FULL\0",
+            COMBS_ERR_INTERNAL => "COMBS_ERR_INTERNAL\0",
+            COMBS_ERR_BUFFER_TOO_SMALL => "COMBS_ERR_BUFFER_TOO_SMALL\0",
+        }
+    }
+}
+
+/// A `combs_status` as C passes it: any `int`, so that a value outside the
+/// enum (a cast, a newer header) is not undefined behaviour on the Rust side.
+/// The header spells it `combs_status` (see `cbindgen.toml`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusArg(pub c_int);
+
+impl From<combs_status> for StatusArg {
+    fn from(s: combs_status) -> Self {
+        StatusArg(s as c_int)
+    }
+}
+
+/// The name of a status as a static NUL-terminated string, e.g.
+/// `"COMBS_ERR_IO"`; `"COMBS_ERR_UNKNOWN"` for a value outside the enum.
+/// Never NULL; the string must not be freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn combs_status_str(s: StatusArg) -> *const c_char {
+    let unknown: *const c_char = c"COMBS_ERR_UNKNOWN".as_ptr();
+    super::guard::guard_value(
+        "combs_status_str",
+        unknown,
+        |_| unknown,
+        || {
+            let name = combs_status::ALL
+                .iter()
+                .find(|v| **v as c_int == s.0)
+                .map_or("COMBS_ERR_UNKNOWN\0", |v| v.name());
+            Ok(name.as_ptr().cast())
+        },
+    )
 }

@@ -1,0 +1,23 @@
+# ctest helper: runs an example and the reference command (the combs CLI)
+# and fails unless their standard outputs are identical.
+#   -DEXAMPLE=path -DEXAMPLE_ARGS="a|b|c" -DCLI_ARGS="cli|arg|..." -P compare_output.cmake
+string(REPLACE "|" ";" _example_args "${EXAMPLE_ARGS}")
+string(REPLACE "|" ";" _cli "${CLI_ARGS}")
+
+execute_process(COMMAND ${_cli} OUTPUT_VARIABLE _want ERROR_VARIABLE _cli_err RESULT_VARIABLE _cli_rc)
+if(NOT _cli_rc EQUAL 0)
+  message(FATAL_ERROR "reference command failed (${_cli_rc}): ${_cli}\n${_cli_err}")
+endif()
+execute_process(COMMAND ${EXAMPLE} ${_example_args} OUTPUT_VARIABLE _got ERROR_VARIABLE _err RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "example failed (${_rc}): ${EXAMPLE}\n${_err}")
+endif()
+message(STATUS "reference: [${_want}]")
+message(STATUS "example:   [${_got}]")
+if(NOT _got STREQUAL _want)
+  message(FATAL_ERROR "outputs differ")
+endif()
+string(STRIP "${_got}" _stripped)
+if(_stripped STREQUAL "")
+  message(FATAL_ERROR "empty output")
+endif()

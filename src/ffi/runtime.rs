@@ -1,0 +1,85 @@
+//! `combs_runtime`: one Vulkan device (instance, logical device, queue and
+//! allocator), shared by the models loaded on it.
+
+use std::sync::Arc;
+
+use super::args::{clear_out, invalid, set_out};
+use super::guard::{guard, guard_value};
+use super::status::combs_status;
+use crate::gpu::GpuContext;
+
+/// A Vulkan device. Models loaded on it keep it alive, so it may be freed
+/// before them.
+pub struct combs_runtime {
+    pub(crate) ctx: Arc<GpuContext>,
+}
+
+/// Options of `combs_runtime_create()`; start from
+/// `combs_runtime_default_options()`. Fields may be appended, never reordered.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct combs_runtime_options {
+    /// Vulkan device index (as `combs info --devices` lists them); -1: the
+    /// `COMBS_DEVICE` environment variable, else the first discrete GPU,
+    /// else the first integrated one, else any (lavapipe on the CPU).
+    pub device_index: i32,
+}
+
+/// The default runtime options (`device_index` -1).
+#[unsafe(no_mangle)]
+pub extern "C" fn combs_runtime_default_options() -> combs_runtime_options {
+    let d = combs_runtime_options { device_index: -1 };
+    guard_value("combs_runtime_default_options", d, |_| d, || Ok(d))
+}
+
+/// Opens a Vulkan device. `opts` may be NULL for the defaults. On success
+/// `*out` receives a runtime to release with `combs_runtime_free()`; on
+/// failure it is set to NULL.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `out`, `device_index` below -1 or past
+/// the last device, a malformed `COMBS_DEVICE`), `COMBS_ERR_DEVICE` (no
+/// Vulkan loader or device), `COMBS_ERR_UNSUPPORTED` (the device lacks a
+/// feature combs needs).
+///
+/// # Safety
+/// `opts` is NULL or points to a `combs_runtime_options`; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_runtime_create(
+    opts: *const combs_runtime_options,
+    out: *mut *mut combs_runtime,
+) -> combs_status {
+    guard("combs_runtime_create", || {
+        // SAFETY: per this function's contract.
+        let out = unsafe { clear_out(out) }?;
+        // SAFETY: opts is NULL or a valid options struct.
+        let o = unsafe { opts.as_ref() }
+            .copied()
+            .unwrap_or_else(|| combs_runtime_default_options());
+        let index = match o.device_index {
+            -1 => None,
+            i if i >= 0 => Some(i as usize),
+            i => return Err(invalid("device_index", format!("{i} is below -1"))),
+        };
+        let ctx = GpuContext::new(index)?;
+        // SAFETY: out was checked by clear_out.
+        unsafe { set_out(out, combs_runtime { ctx }) };
+        Ok(())
+    })
+}
+
+/// Releases a runtime (NULL: no-op). Models loaded on it stay usable.
+///
+/// # Safety
+/// `rt` is NULL or a runtime from `combs_runtime_create()` not freed before
+/// and not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_runtime_free(rt: *mut combs_runtime) {
+    let _ = guard("combs_runtime_free", || {
+        if !rt.is_null() {
+            // SAFETY: rt came from Box::into_raw in combs_runtime_create.
+            drop(unsafe { Box::from_raw(rt) });
+        }
+        Ok(())
+    });
+}

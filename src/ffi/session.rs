@@ -1,0 +1,336 @@
+//! `combs_session`: one sequence on one model — its KV cache, the tokens it
+//! holds and the logits of its last position.
+
+use std::sync::Arc;
+
+use super::args::{array, clear_out, failure, handle, handle_mut, invalid, set_out, token, tokens};
+use super::combs_token;
+use super::guard::{Failure, FfiResult, guard, guard_value};
+use super::model::combs_model;
+use super::status::combs_status;
+use crate::kv::CacheKind;
+use crate::runtime::{Model, Session, SessionOptions};
+
+/// KV cache implementation of a session.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum combs_kv_kind {
+    /// One contiguous block of `n_ctx` rows per layer.
+    COMBS_KV_CONTIGUOUS = 0,
+    /// Fixed-size pages from a pool (needed by `combs_batch_decode`; not
+    /// available yet: creating such a session fails).
+    COMBS_KV_PAGED = 1,
+}
+
+/// Options of `combs_session_create()`; start from
+/// `combs_session_default_options()`. Fields may be appended, never reordered.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct combs_session_options {
+    /// Context size in tokens; 0: the model's training context
+    /// (`combs_model_n_ctx_train`).
+    pub n_ctx: u32,
+    /// KV cache implementation.
+    pub kv_kind: combs_kv_kind,
+    /// Rows per page of a paged cache (must be positive).
+    pub page_size: u32,
+    /// Most prompt tokens evaluated per forward pass (device memory for
+    /// activations grows with it); 0: 512.
+    pub n_batch: u32,
+}
+
+/// The struct as read from C memory: an enum value outside `combs_kv_kind`
+/// must not become a Rust enum.
+#[repr(C)]
+struct RawSessionOptions {
+    n_ctx: u32,
+    kv_kind: i32,
+    page_size: u32,
+    n_batch: u32,
+}
+const _: () = assert!(size_of::<RawSessionOptions>() == size_of::<combs_session_options>());
+const _: () = assert!(size_of::<combs_kv_kind>() == size_of::<i32>());
+
+/// One sequence and its KV cache. Holds a reference to its model.
+pub struct combs_session {
+    pub(crate) session: Session,
+    pub(crate) model: Arc<Model>,
+    /// Whether `session.logits()` are those of the last position held.
+    pub(crate) logits_valid: bool,
+}
+
+// A C handle crosses threads: the session must be movable between them.
+const _: () = {
+    const fn movable<T: Send>() {}
+    movable::<combs_session>();
+};
+
+impl combs_session {
+    /// Records the outcome of an evaluating call: errors found before any work
+    /// (bad token, full context) leave the logits as they were; any other
+    /// error leaves them unknown.
+    pub(crate) fn after_eval<T>(&mut self, r: FfiResult<T>) -> FfiResult<T> {
+        match &r {
+            Ok(_) => self.logits_valid = true,
+            Err(Failure {
+                status:
+                    combs_status::COMBS_ERR_INVALID_ARGUMENT | combs_status::COMBS_ERR_CONTEXT_FULL,
+                ..
+            }) => {}
+            Err(_) => self.logits_valid = false,
+        }
+        r
+    }
+}
+
+/// The default session options: the training context, a contiguous cache,
+/// pages of 256 rows, batches of 512 tokens.
+#[unsafe(no_mangle)]
+pub extern "C" fn combs_session_default_options() -> combs_session_options {
+    let d = combs_session_options {
+        n_ctx: 0,
+        kv_kind: combs_kv_kind::COMBS_KV_CONTIGUOUS,
+        page_size: 256,
+        n_batch: 0,
+    };
+    guard_value("combs_session_default_options", d, |_| d, || Ok(d))
+}
+
+/// Creates an empty session on `m` with its own KV cache. `opts` may be NULL
+/// for the defaults. Several sessions may share one model; each keeps the
+/// model alive, so `combs_model_free` may come before `combs_session_free`.
+/// On failure `*out` is set to NULL.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `out`, a `kv_kind` outside the
+/// enum, `n_ctx` above 2^24, `page_size` 0, and — until the paged cache
+/// lands — `COMBS_KV_PAGED`), `COMBS_ERR_OUT_OF_MEMORY` (the KV cache does
+/// not fit on the device: lower `n_ctx`), `COMBS_ERR_DEVICE`.
+///
+/// # Safety
+/// `m` is NULL or a live model; `opts` is NULL or points to a
+/// `combs_session_options`; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_create(
+    m: *mut combs_model,
+    opts: *const combs_session_options,
+    out: *mut *mut combs_session,
+) -> combs_status {
+    guard("combs_session_create", || {
+        // SAFETY: per this function's contract.
+        let out = unsafe { clear_out(out) }?;
+        // SAFETY: per this function's contract.
+        let m = unsafe { handle(m, "m") }?;
+        let d = combs_session_default_options();
+        // SAFETY: opts is NULL or points to a combs_session_options, whose layout
+        // RawSessionOptions mirrors.
+        let defaults = RawSessionOptions {
+            n_ctx: d.n_ctx,
+            kv_kind: d.kv_kind as i32,
+            page_size: d.page_size,
+            n_batch: d.n_batch,
+        };
+        let o = unsafe { opts.cast::<RawSessionOptions>().as_ref() }.unwrap_or(&defaults);
+        let kv_kind = match o.kv_kind {
+            0 => CacheKind::Contiguous,
+            1 => CacheKind::Paged,
+            k => {
+                return Err(invalid(
+                    "kv_kind",
+                    format!("{k} is not a combs_kv_kind (0: contiguous, 1: paged)"),
+                ));
+            }
+        };
+        let defaults = SessionOptions::default();
+        let session = m.model.new_session(&SessionOptions {
+            n_ctx: o.n_ctx as usize,
+            kv_kind,
+            page_size: o.page_size as usize,
+            n_batch: match o.n_batch {
+                0 => defaults.n_batch,
+                n => n as usize,
+            },
+            n_logit_rows: 1,
+        })?;
+        // SAFETY: out was checked by clear_out.
+        unsafe {
+            set_out(
+                out,
+                combs_session {
+                    session,
+                    model: m.model.clone(),
+                    logits_valid: false,
+                },
+            )
+        };
+        Ok(())
+    })
+}
+
+/// Releases a session and its KV cache (NULL: no-op).
+///
+/// # Safety
+/// `s` is NULL or a session from `combs_session_create()` not freed before
+/// and not in use by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_free(s: *mut combs_session) {
+    let _ = guard("combs_session_free", || {
+        if !s.is_null() {
+            // SAFETY: s came from Box::into_raw in combs_session_create.
+            drop(unsafe { Box::from_raw(s) });
+        }
+        Ok(())
+    });
+}
+
+/// Evaluates `n` tokens after those the session holds (a prompt, or the
+/// next part of one); afterwards `combs_session_logits` gives the logits of
+/// the last of them. `n` 0 does nothing.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s`, NULL `tokens` with `n` > 0, a
+/// token outside `0 .. n_vocab - 1`: the message gives its index),
+/// `COMBS_ERR_CONTEXT_FULL` (the tokens do not fit in `n_ctx`). After these
+/// nothing was evaluated and the session is unchanged.
+/// `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE`: the device failed; free
+/// the session.
+///
+/// # Safety
+/// `s` is NULL or a live session used by no other thread; `tokens` is valid
+/// for `n` reads.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_prefill(
+    s: *mut combs_session,
+    tokens: *const combs_token,
+    n: usize,
+) -> combs_status {
+    guard("combs_session_prefill", || {
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle_mut(s, "s") }?;
+        // SAFETY: per this function's contract.
+        let ts = unsafe { array(tokens, n, "tokens") }?;
+        let ids = self::tokens(ts, s.model.spec().n_vocab, "tokens")?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let r = s.session.prefill(&ids).map_err(Failure::from);
+        s.after_eval(r)
+    })
+}
+
+/// Evaluates one token (the one just sampled) after those the session holds.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s`, `t` out of range),
+/// `COMBS_ERR_CONTEXT_FULL` (the session holds `n_ctx` tokens): the session
+/// is unchanged. `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE` as for
+/// `combs_session_prefill`.
+///
+/// # Safety
+/// `s` is NULL or a live session used by no other thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_decode(
+    s: *mut combs_session,
+    t: combs_token,
+) -> combs_status {
+    guard("combs_session_decode", || {
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle_mut(s, "s") }?;
+        let id = token(t, s.model.spec().n_vocab)?;
+        let r = s.session.decode(id).map_err(Failure::from);
+        s.after_eval(r)
+    })
+}
+
+/// The logits of the session's last position: `combs_model_n_vocab` floats.
+/// The array belongs to the session and stays valid (and unchanged) until
+/// the next `combs_session_prefill`, `combs_session_decode`,
+/// `combs_session_rewind`, `combs_generate` or `combs_session_free` on it.
+/// NULL (with `combs_last_error()` set) when `s` is NULL or nothing has been
+/// evaluated since the session was created or rewound to fewer positions.
+///
+/// # Safety
+/// `s` is NULL or a live session not being modified by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_logits(s: *const combs_session) -> *const f32 {
+    let null = std::ptr::null();
+    guard_value(
+        "combs_session_logits",
+        null,
+        |_| null,
+        || {
+            // SAFETY: per this function's contract.
+            let s = unsafe { handle(s, "s") }?;
+            if !s.logits_valid {
+                return Err(failure(
+                    combs_status::COMBS_ERR_INVALID_ARGUMENT,
+                    "the session has no logits: nothing was evaluated since it was created or rewound",
+                ));
+            }
+            Ok(s.session.logits().as_ptr())
+        },
+    )
+}
+
+/// Number of positions (tokens) the session holds; 0 when `s` is NULL.
+///
+/// # Safety
+/// `s` is NULL or a live session not being modified by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_len(s: *const combs_session) -> usize {
+    guard_value(
+        "combs_session_len",
+        0,
+        |_| 0,
+        || {
+            // SAFETY: per this function's contract.
+            Ok(unsafe { handle(s, "s") }?.session.len())
+        },
+    )
+}
+
+/// The session's context size in tokens; 0 when `s` is NULL.
+///
+/// # Safety
+/// `s` is NULL or a live session not being modified by another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_n_ctx(s: *const combs_session) -> u32 {
+    guard_value(
+        "combs_session_n_ctx",
+        0,
+        |_| 0,
+        || {
+            // SAFETY: per this function's contract.
+            let n = unsafe { handle(s, "s") }?.session.n_ctx();
+            Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        },
+    )
+}
+
+/// Keeps the first `n_keep` positions and forgets the rest (0: start over),
+/// so that a conversation can branch or a prompt be re-evaluated. Rewinding
+/// to fewer positions than held invalidates the logits until the next
+/// evaluation.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT`: NULL `s`, or `n_keep` past the positions
+/// held (the session is unchanged).
+///
+/// # Safety
+/// `s` is NULL or a live session used by no other thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_rewind(
+    s: *mut combs_session,
+    n_keep: usize,
+) -> combs_status {
+    guard("combs_session_rewind", || {
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle_mut(s, "s") }?;
+        let len = s.session.len();
+        s.session.rewind(n_keep)?;
+        if n_keep < len {
+            s.logits_valid = false;
+        }
+        Ok(())
+    })
+}
