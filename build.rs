@@ -67,6 +67,7 @@ fn kernels() -> Vec<KernelDef> {
     k.push(def("rope_f32", "rope.comp", &[]));
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));
     k.push(def("attention_f16_f32", "attention.comp", &[]));
+    k.push(def("attention_rows_f16_f32", "attention_rows.comp", &[]));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));
     k.push(def("glu_gelu_f32", "glu.comp", &[("ACT_GELU_TANH", "1")]));
     k
@@ -211,8 +212,10 @@ fn write_kernel_enum(out_dir: &Path, table: &[KernelDef]) {
 fn write_header(root: &Path) {
     let config = cbindgen::Config::from_file(root.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable and valid");
+    // Only src/ffi is parsed: the header holds the C API and nothing else
+    // (a `#[repr(u32)]` enum elsewhere in the crate would otherwise leak into it).
     let bindings = cbindgen::Builder::new()
-        .with_crate(root)
+        .with_src(root.join("src").join("ffi").join("mod.rs"))
         .with_config(config)
         .generate()
         .unwrap_or_else(|e| panic!("cbindgen could not generate include/combs.h: {e}"));
@@ -234,6 +237,13 @@ fn main() {
     println!("cargo:rerun-if-changed=glsl");
     println!("cargo:rerun-if-changed=src/ffi");
     println!("cargo:rerun-if-changed=cbindgen.toml");
+
+    // libcombs.so carries the soname libcombs.so.<major> (scripts/install.sh
+    // installs libcombs.so.<version> with the .so.<major> and .so links).
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("set by cargo");
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcombs.so.{major}");
+    }
 
     let table = kernels();
     compile_all(&glsl_dir, &out_dir, &table);

@@ -10,8 +10,8 @@
 
 layout(local_size_x_id = 0) in;
 
-#define TN 8      // tokens per tile
-#define RPI 4     // rows per invocation
+layout(constant_id = 1) const uint TN = 8;   // tokens per tile
+layout(constant_id = 2) const uint RPI = 4;  // rows per invocation
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 1) readonly buffer X { vec4 data_x[]; };

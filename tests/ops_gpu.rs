@@ -9,8 +9,8 @@ use std::sync::Arc;
 use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, upload_new};
 use combs::ops::View;
 use combs::ops::attention::{
-    AttentionOptions, AttentionShape, CacheAddressing, attention_ref, record_attention,
-    record_kv_store,
+    AttentionOptions, AttentionShape, AttentionVariant, CacheAddressing, attention_ref,
+    record_attention_with, record_kv_store,
 };
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu};
@@ -144,10 +144,10 @@ fn check_linear_variant(
     });
     let mut want = linear_ref(&wf, rows, cols, &x, n);
     for tkn in 0..n {
-        for r in 0..rows {
+        for (r, &br) in b.iter().enumerate().take(rows) {
             let i = tkn * rows + r;
             if bias {
-                want[i] += b[r];
+                want[i] += br;
             }
             if accumulate {
                 want[i] += init[i];
@@ -281,10 +281,10 @@ fn rope_normal_and_neox_match_ref() {
             .expect("record");
         });
         let mut want = x.clone();
-        for t in 0..n {
+        for (t, &p) in pos.iter().enumerate().take(n) {
             for h in 0..heads {
                 let s = (t * heads + h) * hd;
-                rope_ref(&mut want[s..s + hd], pos[t], &f, n_rot, style, 1.0);
+                rope_ref(&mut want[s..s + hd], p, &f, n_rot, style, 1.0);
             }
         }
         // Angles up to ~4000 rad in f32 lose ~1e-4 absolute precision.
@@ -361,6 +361,18 @@ fn get_rows_every_type_matches_ref() {
 /// cache, then attends the `n_new` newest queries, comparing with the f64
 /// reference; covers GQA, sliding windows and soft-capping.
 fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: AttentionOptions) {
+    for v in [AttentionVariant::Tiled, AttentionVariant::Rows] {
+        check_attention_variant(v, n_past, n_new, shape, opts);
+    }
+}
+
+fn check_attention_variant(
+    variant: AttentionVariant,
+    n_past: usize,
+    n_new: usize,
+    shape: AttentionShape,
+    opts: AttentionOptions,
+) {
     let ctx = gpu();
     let mut rng = Rng::fresh(&format!("attention_{n_past}_{n_new}_{}", shape.head_dim));
     let total = n_past + n_new;
@@ -402,8 +414,9 @@ fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: Att
     run(&ctx, |rec| {
         record_kv_store(rec, View::new(&kb, width), total, width, &kc, at_all).expect("store k");
         record_kv_store(rec, View::new(&vb, width), total, width, &vc, at_all).expect("store v");
-        record_attention(
+        record_attention_with(
             rec,
+            variant,
             View::new(&qb, qw),
             View::new(&out, qw),
             n_new,

@@ -335,7 +335,9 @@ impl GpuContext {
         let requested = requested_device(index)?;
         let entry = load_entry()?;
         let instance = create_instance(&entry)?;
-        match Self::open(entry, &instance, requested) {
+        // `open` takes a clone: the loader library must stay loaded until the
+        // instance is destroyed on the error path below.
+        match Self::open(entry.clone(), &instance, requested) {
             Ok(ctx) => Ok(ctx),
             Err(e) => {
                 // SAFETY: open() destroys what it created before failing.

@@ -90,9 +90,48 @@ pub struct AttentionShape {
     pub head_dim: usize,
 }
 
-/// Largest head dimension the kernel holds in shared memory.
+/// Largest head dimension the kernels support.
 pub const MAX_HEAD_DIM: usize = 256;
 const ATTN_WG: u32 = 64;
+
+/// The kernel an attention call runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionVariant {
+    /// A workgroup per (token, head), keys in tiles through shared memory (`attention.comp`).
+    Tiled,
+    /// A few invocations per query walking the keys together (`attention_rows.comp`).
+    Rows,
+}
+
+impl AttentionVariant {
+    /// The variant combs picks: rows for prompts, and everywhere on CPU
+    /// devices (uniform key loads); tiled for single-token decode on GPUs.
+    pub fn choose(ctx: &crate::gpu::GpuContext, n_tokens: usize) -> Self {
+        if n_tokens > 1 || ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
+            AttentionVariant::Rows
+        } else {
+            AttentionVariant::Tiled
+        }
+    }
+}
+
+/// Invocations per query for the rows variant: enough that each holds at most
+/// 32 dimensions on GPUs (registers), one on CPU devices or where the subgroup
+/// size is not fixed.
+fn rows_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> u32 {
+    let sg = kernel_subgroup(ctx);
+    if sg <= 1 || ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
+        return 1;
+    }
+    let mut ds = 1u32;
+    while head_dim / (ds as usize) > 32
+        && (head_dim / (2 * ds as usize)).is_multiple_of(2)
+        && 2 * ds <= sg
+    {
+        ds *= 2;
+    }
+    ds
+}
 
 /// Records the store of `n_tokens` rows of `width` floats from `src` into `cache` (f16).
 ///
@@ -145,13 +184,37 @@ pub struct AttentionOptions {
     pub window: usize,
 }
 
-/// Records attention of `n_tokens` query rows of `q` into `o`.
+/// Records attention of `n_tokens` query rows of `q` into `o` with the
+/// variant [`AttentionVariant::choose`] picks.
 ///
 /// # Errors
 /// Head geometry the kernel does not support, or a value beyond 32 bits.
 #[allow(clippy::too_many_arguments)]
 pub fn record_attention(
     rec: &mut Recording,
+    q: View<'_>,
+    o: View<'_>,
+    n_tokens: usize,
+    shape: AttentionShape,
+    k_cache: &Arc<Buffer>,
+    v_cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+    opts: AttentionOptions,
+) -> Result<()> {
+    let variant = AttentionVariant::choose(rec.context(), n_tokens);
+    record_attention_with(
+        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts,
+    )
+}
+
+/// Records attention with an explicit kernel variant.
+///
+/// # Errors
+/// Head geometry the kernel does not support, or a value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_attention_with(
+    rec: &mut Recording,
+    variant: AttentionVariant,
     q: View<'_>,
     o: View<'_>,
     n_tokens: usize,
@@ -191,10 +254,34 @@ pub fn record_attention(
         ring: pc_u32("ring", at.ring)?,
     };
     let ctx = rec.context().clone();
-    let groups = groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?);
+    let (kernel, spec, groups) = match variant {
+        AttentionVariant::Tiled => (
+            Kernel::AttentionF16F32,
+            vec![ATTN_WG, kernel_subgroup(&ctx)],
+            groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
+        ),
+        AttentionVariant::Rows => {
+            let ds = rows_split(&ctx, shape.head_dim);
+            let per_wg = (ATTN_WG / ds) as usize;
+            (
+                Kernel::AttentionRowsF16F32,
+                vec![
+                    ATTN_WG,
+                    kernel_subgroup(&ctx),
+                    ds,
+                    (shape.head_dim / ds as usize) as u32,
+                ],
+                [
+                    pc_u32("attention groups", n_tokens.div_ceil(per_wg))?,
+                    pc_u32("heads", shape.n_head)?,
+                    1,
+                ],
+            )
+        }
+    };
     rec.dispatch(
-        Kernel::AttentionF16F32,
-        &[ATTN_WG, kernel_subgroup(&ctx)],
+        kernel,
+        &spec,
         &[
             Binding::read(q.buf),
             Binding::read(k_cache),

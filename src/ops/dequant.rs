@@ -71,8 +71,9 @@ pub fn dequantize_gpu(ctx: &Arc<GpuContext>, w: &QuantWeight) -> Result<Vec<f32>
     let cols = w.cols();
     let qk = w.qtype().block_size();
     let mut out = vec![0.0f32; w.rows() * cols];
-    // Output pieces are bounded by one descriptor's range as well.
-    let max_elems = (ctx.caps().max_binding_bytes(4) / 4) as usize;
+    // Output pieces are bounded by one descriptor's range and kept to a
+    // modest host-visible staging size.
+    let max_elems = (ctx.caps().max_binding_bytes(4).min(64 << 20) / 4) as usize;
     let rows_per_piece = (max_elems / cols).max(1);
     let piece_bytes = (rows_per_piece * cols * 4) as u64;
     let readback = Buffer::new(ctx, piece_bytes, MemoryKind::Readback, "dequant readback")?;

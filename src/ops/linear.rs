@@ -65,10 +65,23 @@ const FLAG_BIAS: u32 = 2;
 const MATVEC_WG: u32 = 128;
 const MATMUL_BM: usize = 64;
 const MATMUL_BN: usize = 32;
-/// `matmul_rows.comp`: invocations per workgroup, rows per invocation (RPI) and tokens per tile (TN).
+/// `matmul_rows.comp`: invocations per workgroup.
 const ROWS_WG: usize = 64;
-const ROWS_PER_INVOCATION: usize = 4;
-const ROWS_TOKENS: usize = 8;
+
+/// (tokens per tile, rows per invocation) of `matmul_rows.comp` for `n` tokens:
+/// tiles as wide as the batch (up to a register budget) so each weight is
+/// dequantized once per tile.
+fn rows_tiling(n: usize) -> (usize, usize) {
+    let from_env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+    if let (Some(tn), Some(rpi)) = (from_env("COMBS_ROWS_TN"), from_env("COMBS_ROWS_RPI")) {
+        return (tn, rpi);
+    }
+    match n {
+        1 => (1, 8),
+        2..=8 => (8, 4),
+        _ => (16, 4),
+    }
+}
 
 /// A linear layer: a weight `[out, in]` and an optional f32 bias `[out]`.
 pub struct Linear {
@@ -223,17 +236,15 @@ pub fn record_linear_with(
         };
         match variant {
             LinearVariant::Rows => {
+                let (tn, rpi) = rows_tiling(n);
                 let groups = [
-                    pc_u32(
-                        "groups",
-                        chunk.n_rows.div_ceil(ROWS_WG * ROWS_PER_INVOCATION),
-                    )?,
-                    pc_u32("groups", n.div_ceil(ROWS_TOKENS))?,
+                    pc_u32("groups", chunk.n_rows.div_ceil(ROWS_WG * rpi))?,
+                    pc_u32("groups", n.div_ceil(tn))?,
                     1,
                 ];
                 rec.dispatch(
                     kernel("matmul_rows", w)?,
-                    &[ROWS_WG as u32],
+                    &[ROWS_WG as u32, tn as u32, rpi as u32],
                     &bindings,
                     bytemuck::bytes_of(&mm_params(4)?),
                     groups,
