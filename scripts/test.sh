@@ -15,4 +15,5 @@ git diff --exit-code -- include/combs.h || {
     echo "include/combs.h differs from the header cbindgen generates: commit the regenerated file" >&2
     exit 1
 }
+scripts/test-c.sh  # C API: install, examples/c with CMake + pkg-config, ctest, valgrind
 echo "all tests passed"

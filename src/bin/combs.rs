@@ -10,8 +10,20 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use combs::ModelError;
 
+#[path = "combs/bench.rs"]
+mod bench;
+#[path = "combs/common.rs"]
+mod common;
 #[path = "combs/info.rs"]
 mod info;
+#[path = "combs/perplexity.rs"]
+mod perplexity;
+#[path = "combs/quantize.rs"]
+mod quantize;
+#[path = "combs/run.rs"]
+mod run;
+#[path = "combs/synth.rs"]
+mod synth;
 
 /// LLM inference on Vulkan compute.
 #[derive(Parser)]
@@ -24,8 +36,18 @@ struct Cli {
 /// The subcommands; each variant's arguments are defined beside its code.
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt (streams tokens, reports tokens/s).
+    Run(run::RunArgs),
     /// Describe a GGUF model (metadata, tensors) or list the Vulkan devices.
     Info(info::InfoArgs),
+    /// Perplexity of a model on a text file (llama.cpp's method).
+    Perplexity(perplexity::PerplexityArgs),
+    /// Prefill and decode speed (llama-bench style).
+    Bench(bench::BenchArgs),
+    /// Write a GGUF of a real model shape with random weights.
+    Synth(synth::SynthArgs),
+    /// Requantize a GGUF file to another type, as llama-quantize does.
+    Quantize(quantize::QuantizeArgs),
 }
 
 /// Why a subcommand failed.
@@ -52,7 +74,12 @@ fn main() -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = match &cli.command {
+        Command::Run(args) => run::run(args, &mut out),
         Command::Info(args) => info::run(args, &mut out),
+        Command::Perplexity(args) => perplexity::run(args, &mut out),
+        Command::Bench(args) => bench::run(args, &mut out),
+        Command::Synth(args) => synth::run(args, &mut out),
+        Command::Quantize(args) => quantize::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(CliError::from));
     match result {

@@ -1,10 +1,14 @@
 //! The runtime: sessions (one sequence each), sampling, and the generation
 //! loop that ties them to a tokenizer.
 
+pub mod generate;
+pub mod model;
 pub mod perplexity;
 pub mod rng;
 pub mod sampler;
 pub mod session;
 
+pub use generate::{GenerationStats, StopReason, generate};
+pub use model::Model;
 pub use sampler::{Sampler, SamplerOptions};
 pub use session::{Session, SessionOptions};

@@ -1,0 +1,226 @@
+//! `combs bench`: llama-bench style speed of a model — prefill of `-p`
+//! tokens and decode of `-n` tokens from an empty context, repeated after a
+//! warm-up, reported as median tokens/s with the spread; `--profile` adds GPU
+//! time per kernel family from timestamp queries; `--json` prints one object.
+
+use std::io::Write;
+use std::time::Instant;
+
+use clap::Args;
+use combs::gpu::Recording;
+use combs::kv::CacheConfig;
+use combs::runtime::SessionOptions;
+
+use super::common::ModelArgs;
+use crate::CliError;
+
+/// Arguments of `combs bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens to prefill (0: skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Tokens to decode (0: skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also report GPU time per kernel family.
+    #[arg(long)]
+    profile: bool,
+}
+
+/// Median and sample standard deviation.
+fn stats(v: &[f64]) -> (f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let median = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        0.5 * (s[n / 2 - 1] + s[n / 2])
+    };
+    let mean = s.iter().sum::<f64>() / n as f64;
+    let var = if n > 1 {
+        s.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    (median, var.sqrt())
+}
+
+/// Deterministic pseudo-random token ids below `n_vocab`.
+fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// Runs `combs bench`.
+pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let (ctx, model) = args.model.load()?;
+    let spec = model.spec().clone();
+    let n_ctx = (args.n_prompt + args.n_gen + 1).max(16);
+    let mut session = model.new_session(&SessionOptions {
+        n_ctx,
+        n_batch: args.n_prompt.max(1),
+        ..Default::default()
+    })?;
+    let prompt = tokens(args.n_prompt, spec.n_vocab);
+    let generated = tokens(args.n_gen, spec.n_vocab);
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for rep in 0..=args.reps {
+        if args.n_prompt > 0 {
+            session.clear();
+            let t0 = Instant::now();
+            session.prefill(&prompt)?;
+            let dt = t0.elapsed().as_secs_f64();
+            if rep > 0 {
+                pp.push(args.n_prompt as f64 / dt);
+            }
+        }
+        if args.n_gen > 0 {
+            session.clear();
+            let t0 = Instant::now();
+            for &t in &generated {
+                session.decode(t)?;
+            }
+            let dt = t0.elapsed().as_secs_f64();
+            if rep > 0 {
+                tg.push(args.n_gen as f64 / dt);
+            }
+        }
+    }
+    let (pp_med, pp_sd) = stats(&pp);
+    let (tg_med, tg_sd) = stats(&tg);
+    let profiles = if args.profile {
+        profile(&ctx, &model, args.n_prompt.max(1))?
+    } else {
+        Vec::new()
+    };
+    let bytes = model.weights().device_bytes();
+    let name = model
+        .path()
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if args.json {
+        let prof: Vec<String> = profiles
+            .iter()
+            .map(|(shape, rows)| {
+                let r: Vec<String> = rows
+                    .iter()
+                    .map(|(k, ms)| format!("{{\"kernel\":\"{k}\",\"ms\":{ms:.4}}}"))
+                    .collect();
+                format!("{{\"tokens\":{shape},\"kernels\":[{}]}}", r.join(","))
+            })
+            .collect();
+        writeln!(
+            out,
+            "{{\"model\":\"{name}\",\"arch\":\"{}\",\"device\":\"{}\",\"weights_bytes\":{bytes},\
+             \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
+             \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
+             \"profile\":[{}]}}",
+            spec.arch,
+            ctx.caps().name,
+            args.n_prompt,
+            pp,
+            args.n_gen,
+            tg,
+            prof.join(",")
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "model: {name} ({}, {:.1} MiB of weights on device)",
+        spec.arch,
+        bytes as f64 / (1 << 20) as f64
+    )?;
+    writeln!(out, "device: {}", ctx.caps().name)?;
+    writeln!(out, "| test   |          t/s |")?;
+    writeln!(out, "| ------ | ------------ |")?;
+    if args.n_prompt > 0 {
+        writeln!(
+            out,
+            "| pp{:<4} | {pp_med:>8.1} ± {pp_sd:<4.1} |",
+            args.n_prompt
+        )?;
+    }
+    if args.n_gen > 0 {
+        writeln!(
+            out,
+            "| tg{:<4} | {tg_med:>8.1} ± {tg_sd:<4.1} |",
+            args.n_gen
+        )?;
+    }
+    for (shape, rows) in &profiles {
+        writeln!(
+            out,
+            "\nGPU time of one forward pass of {shape} token(s), by kernel:"
+        )?;
+        let total: f64 = rows.iter().map(|(_, ms)| ms).sum();
+        for (k, ms) in rows {
+            writeln!(
+                out,
+                "  {k:30} {ms:9.3} ms  {:5.1}%",
+                100.0 * ms / total.max(1e-12)
+            )?;
+        }
+        writeln!(out, "  {:30} {total:9.3} ms", "total")?;
+    }
+    Ok(())
+}
+
+type Profile = Vec<(usize, Vec<(String, f64)>)>;
+
+/// GPU time per kernel of one forward pass of `n_prompt` tokens and of one decode token.
+fn profile(
+    ctx: &std::sync::Arc<combs::gpu::GpuContext>,
+    model: &combs::runtime::Model,
+    n_prompt: usize,
+) -> Result<Profile, CliError> {
+    let w = model.weights();
+    let scratch = w.create_scratch(n_prompt, 1)?;
+    let cache = w.create_kv_cache(&CacheConfig::contiguous(n_prompt + 1))?;
+    let ids: Vec<i32> = tokens(n_prompt, model.spec().n_vocab)
+        .iter()
+        .map(|&t| t as i32)
+        .collect();
+    let pos: Vec<i32> = (0..n_prompt as i32).collect();
+    scratch.ids.write_slice(0, &ids)?;
+    scratch.positions.write_slice(0, &pos)?;
+    let mut out = Vec::new();
+    for n in [n_prompt, 1] {
+        let mut rec = Recording::new(ctx, true)?;
+        w.record_embed(&mut rec, &scratch, n)?;
+        w.record_blocks(&mut rec, &scratch, cache.as_ref(), n)?;
+        w.record_logits(&mut rec, &scratch, n - 1, 1)?;
+        rec.finish()?;
+        rec.submit_and_wait()?;
+        rec.submit_and_wait()?;
+        let rows = rec
+            .profile()?
+            .into_iter()
+            .map(|(k, ns)| (k, ns / 1e6))
+            .collect();
+        out.push((n, rows));
+    }
+    Ok(out)
+}

@@ -1,0 +1,66 @@
+//! Options shared by the subcommands that load a model: which file (the
+//! default model from the cache when none is given) and which device.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use combs::ModelError;
+use combs::gpu::GpuContext;
+use combs::models::LoadOptions;
+use combs::runtime::Model;
+use combs::runtime::model::default_model_path;
+
+use crate::CliError;
+
+/// Model and device selection.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// GGUF model file (default: SmolLM2-135M-Instruct from the model cache).
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Vulkan device index (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+}
+
+impl ModelArgs {
+    /// The model path: the argument, else the default model, which must exist.
+    pub fn path(&self) -> Result<PathBuf, CliError> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        let p = default_model_path();
+        if !p.exists() {
+            return Err(CliError::Model(ModelError::Io {
+                path: p,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "default model not found; run scripts/fetch-models.sh or pass -m FILE",
+                ),
+            }));
+        }
+        Ok(p)
+    }
+
+    /// Opens the device and loads the model (with a progress bar on a terminal).
+    pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
+        let path = self.path()?;
+        let ctx = GpuContext::new(self.device)?;
+        let model = Model::load(
+            &ctx,
+            &path,
+            &LoadOptions {
+                show_progress: true,
+            },
+        )
+        .map_err(|e| match e {
+            ModelError::Io { .. } => CliError::Model(e),
+            source => CliError::File {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        Ok((ctx, model))
+    }
+}

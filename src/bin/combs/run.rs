@@ -1,0 +1,145 @@
+//! `combs run`: generate text from a prompt, streaming tokens as they come,
+//! then report prefill and decode speed on stderr.
+
+use std::io::Write;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use combs::kv::CacheKind;
+use combs::runtime::{Sampler, SamplerOptions, SessionOptions, generate};
+use combs::tokenizer::ChatMessage;
+
+use super::common::ModelArgs;
+use crate::CliError;
+
+/// KV cache implementation on the command line.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum KvArg {
+    /// One contiguous block per layer.
+    Contiguous,
+    /// Pages from a pool through a page table.
+    Paged,
+}
+
+/// Arguments of `combs run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt text.
+    #[arg(short = 'p', long = "prompt", default_value = "Once upon a time")]
+    prompt: String,
+    /// Tokens to generate at most.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n_predict: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    temp: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 40)]
+    top_k: i32,
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    top_p: f32,
+    /// Drop tokens below min-p × the most likely one's probability (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back over.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    repeat_last_n: i32,
+    /// Random seed (default: from the clock, printed on stderr).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// Context size (0: the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    ctx_size: usize,
+    /// KV cache implementation.
+    #[arg(long = "kv", value_enum, default_value_t = KvArg::Contiguous)]
+    kv: KvArg,
+}
+
+/// Runs `combs run`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let (_ctx, model) = args.model.load()?;
+    let tok = model.tokenizer();
+    let text = if args.chat {
+        tok.apply_chat_template(&[ChatMessage::new("user", &args.prompt)], true)?
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = tok.encode(&text, true, args.chat)?;
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let mut sampler = Sampler::new(SamplerOptions {
+        temperature: args.temp,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        repeat_last_n: args.repeat_last_n,
+        seed,
+    })?;
+    let n_ctx_train = model.spec().n_ctx_train;
+    let n_ctx = match args.ctx_size {
+        0 => n_ctx_train,
+        n => n,
+    };
+    let mut session = model.new_session(&SessionOptions {
+        n_ctx,
+        kv_kind: match args.kv {
+            KvArg::Contiguous => CacheKind::Contiguous,
+            KvArg::Paged => CacheKind::Paged,
+        },
+        ..Default::default()
+    })?;
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+    if !args.chat {
+        write!(out, "{}", args.prompt)?;
+        out.flush()?;
+    }
+    let t0 = Instant::now();
+    session.prefill(&prompt)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let mut io_err = None;
+    let stats = generate(
+        &mut session,
+        tok,
+        &mut sampler,
+        args.n_predict,
+        |_, piece| match write!(out, "{piece}").and_then(|()| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                io_err = Some(e);
+                false
+            }
+        },
+    )?;
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    writeln!(out)?;
+    out.flush()?;
+    eprintln!(
+        "\nseed {seed}; prefill: {} tokens in {:.2} s ({:.1} tok/s); decode: {} tokens in {:.2} s ({:.1} tok/s); stop: {:?}",
+        prompt.len(),
+        prefill_s,
+        prompt.len() as f64 / prefill_s.max(1e-9),
+        stats.n_tokens,
+        stats.elapsed.as_secs_f64(),
+        stats.tokens_per_second(),
+        stats.stop
+    );
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! `Model`: what a user loads — the GPU weights of one architecture plus the
+//! tokenizer and chat template read from the same GGUF file. Sessions are
+//! created from it; several may share one model.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::session::{Session, SessionOptions};
+use crate::error::{ModelError, Result};
+use crate::formats::gguf::GgufFile;
+use crate::gpu::GpuContext;
+use crate::models::{ArchSpec, GenerativeModel, LoadOptions, ModelRegistry};
+use crate::tokenizer::Tokenizer;
+
+/// The file name of the default model in the model cache.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The model cache: `$COMBS_MODELS`, else `~/.cache/combs/models` (what
+/// `scripts/fetch-models.sh` fills).
+pub fn model_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("COMBS_MODELS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("combs").join("models")
+}
+
+/// The default model's path in the cache.
+pub fn default_model_path() -> PathBuf {
+    model_cache_dir().join(DEFAULT_MODEL_FILE)
+}
+
+/// Weights on the device plus the tokenizer of one GGUF file.
+pub struct Model {
+    weights: Arc<dyn GenerativeModel>,
+    tokenizer: Arc<Tokenizer>,
+    path: PathBuf,
+}
+
+impl Model {
+    /// Opens `path`, resolves its architecture, uploads the weights and reads the tokenizer.
+    ///
+    /// # Errors
+    /// I/O and format errors naming the file, an unsupported architecture,
+    /// missing tensors, device errors.
+    pub fn load(ctx: &Arc<GpuContext>, path: &Path, opts: &LoadOptions) -> Result<Self> {
+        if path.is_dir() {
+            return Err(ModelError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::IsADirectory,
+                    "is a directory, not a GGUF file",
+                ),
+            });
+        }
+        let g = GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(&g)?;
+        let weights = ModelRegistry::new().load(ctx, &g, opts)?;
+        if tokenizer.n_vocab() > weights.spec().n_vocab {
+            return Err(ModelError::Shape {
+                tensor: "token_embd.weight".into(),
+                expected: vec![weights.spec().n_embd as u64, tokenizer.n_vocab() as u64],
+                got: vec![weights.spec().n_embd as u64, weights.spec().n_vocab as u64],
+            });
+        }
+        Ok(Model {
+            weights,
+            tokenizer: Arc::new(tokenizer),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The GPU model.
+    pub fn weights(&self) -> &Arc<dyn GenerativeModel> {
+        &self.weights
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.tokenizer
+    }
+
+    /// The resolved architecture.
+    pub fn spec(&self) -> &ArchSpec {
+        self.weights.spec()
+    }
+
+    /// The file the model came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new session (sequence) on this model.
+    ///
+    /// # Errors
+    /// Out of device memory or invalid options.
+    pub fn new_session(&self, opts: &SessionOptions) -> Result<Session> {
+        Session::new(self.weights.clone(), opts)
+    }
+}
