@@ -1,0 +1,483 @@
+//! Helpers shared by the real-model parity tests (`tests/parity_*.rs`): the
+//! llama.cpp fixtures that `scripts/make-llama-fixtures.py` writes under
+//! `tests/fixtures/llama/`, the model cache, and the three comparisons —
+//! teacher-forced logits, greedy generation, perplexity — each returning the
+//! measured numbers so a test can print them before it checks them.
+//!
+//! What is compared follows the fixture script's header: per position, combs'
+//! argmax against llama.cpp's, and combs' logits at llama.cpp's top-8 ids
+//! against llama.cpp's values; greedy tokens from an empty context; and the
+//! perplexity of `combs::runtime::perplexity` (llama.cpp's method) against
+//! the running values `llama-perplexity` printed.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use combs::models::LoadOptions;
+use combs::runtime::model::model_cache_dir;
+use combs::runtime::perplexity::{PerplexityReport, perplexity};
+use combs::runtime::sampler::argmax;
+use combs::runtime::{Model, Session, SessionOptions};
+use serde_json::Value;
+
+/// Where the llama.cpp fixtures live.
+pub fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama")
+}
+
+/// A fixture file of `fixture_dir()`, parsed.
+pub fn read_fixture(name: &str) -> Value {
+    let path = fixture_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (written by scripts/make-llama-fixtures.py)",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `v[key]`, which the fixture must have.
+pub fn field<'a>(v: &'a Value, key: &str) -> &'a Value {
+    v.get(key)
+        .unwrap_or_else(|| panic!("fixture field {key:?} missing"))
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array of token ids")
+        .iter()
+        .map(|x| x.as_u64().expect("token id") as u32)
+        .collect()
+}
+
+/// A JSON array of numbers.
+pub fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("array of numbers")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
+/// The SHA-256 of a file as lowercase hex, from coreutils' `sha256sum`
+/// (`None` where it cannot be run).
+pub fn sha256_of(path: &Path) -> Option<String> {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .map(str::to_owned)
+}
+
+/// Checks that `path` is the file a fixture was made from: comparing against
+/// numbers from a different file would only measure the difference of files.
+pub fn check_same_file(path: &Path, want_sha256: &str, how_to_get: &str) {
+    match sha256_of(path) {
+        Some(got) => assert_eq!(
+            got,
+            want_sha256,
+            "{} is not the file the llama.cpp fixtures were made from ({how_to_get})",
+            path.display()
+        ),
+        None => eprintln!(
+            "note: sha256sum unavailable, {} not checked against the fixture",
+            path.display()
+        ),
+    }
+}
+
+/// A model file in the cache; a missing one fails with what makes it.
+pub fn model_path(file: &str) -> PathBuf {
+    let path = model_cache_dir().join(file);
+    assert!(
+        path.exists(),
+        "{} missing: scripts/fetch-models.sh fetches SmolLM2 Q4_1, scripts/setup-llamacpp.sh \
+         requantizes the other types",
+        path.display()
+    );
+    path
+}
+
+/// Loads a model on the test GPU.
+pub fn load_model(ctx: &Arc<combs::gpu::GpuContext>, path: &Path) -> Model {
+    Model::load(ctx, path, &LoadOptions::default())
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// A session that can return every logit row of a 512-token window.
+pub fn session_512(model: &Model) -> Session {
+    model
+        .new_session(&SessionOptions {
+            n_ctx: 512,
+            n_batch: 512,
+            n_logit_rows: 512,
+            ..Default::default()
+        })
+        .expect("session")
+}
+
+// ---------------------------------------------------------------- teacher forcing
+
+/// llama.cpp's rows of one teacher-forcing window: per position the
+/// logsumexp and the 8 best ids with their logits (best first); and, where
+/// the fixture has them, two baselines: the argmax of llama.cpp with flash
+/// attention off (how far llama.cpp moves from itself), and an exact f64
+/// forward of the same dequantized weights (argmax, and its logits at
+/// llama.cpp's 8 ids).
+pub struct TopK {
+    pub lse: Vec<f64>,
+    pub ids: Vec<Vec<u32>>,
+    pub logits: Vec<Vec<f64>>,
+    pub argmax_fa_off: Option<Vec<u32>>,
+    pub ref_argmax: Option<Vec<u32>>,
+    pub ref_logits: Option<Vec<Vec<f64>>>,
+}
+
+impl TopK {
+    /// From a fixture's `teacher.<window>` object.
+    pub fn from_json(v: &Value) -> Self {
+        let rows = |k: &str| field(v, k).as_array().expect("rows").clone();
+        TopK {
+            lse: floats(field(v, "lse")),
+            ids: rows("top_ids").iter().map(ids).collect(),
+            logits: rows("top_logits").iter().map(floats).collect(),
+            argmax_fa_off: v.get("argmax_fa_off").map(ids),
+            ref_argmax: v.get("ref_argmax").map(ids),
+            ref_logits: v
+                .get("ref_logits")
+                .map(|r| r.as_array().expect("rows").iter().map(floats).collect()),
+        }
+    }
+}
+
+/// A position where the argmaxes differ.
+#[derive(Debug)]
+pub struct Mismatch {
+    /// Position in the window (its logits predict token `pos + 1`).
+    pub pos: usize,
+    /// combs' argmax and llama.cpp's.
+    pub ours: u32,
+    pub theirs: u32,
+    /// combs' logit of its argmax minus combs' logit of llama.cpp's argmax (≥ 0).
+    pub our_margin: f64,
+    /// llama.cpp's logit of its argmax minus llama.cpp's logit of combs'
+    /// argmax, when that id is in llama.cpp's top-8.
+    pub their_margin: Option<f64>,
+    /// The f64 reference's argmax there, when the fixture has it.
+    pub ref_argmax: Option<u32>,
+    /// llama.cpp's argmax with flash attention off, when the fixture has it.
+    pub fa_off_argmax: Option<u32>,
+}
+
+/// Agreement and logit distance of combs against one set of rows.
+#[derive(Debug, Default)]
+pub struct Distance {
+    pub agree: usize,
+    /// Over llama.cpp's top-8 ids of every position.
+    pub max_abs_diff: f64,
+    pub mean_abs_diff: f64,
+    /// Position of `max_abs_diff`.
+    pub max_pos: usize,
+}
+
+/// The outcome of comparing one window.
+#[derive(Debug)]
+pub struct TeacherReport {
+    pub n: usize,
+    /// combs against llama.cpp.
+    pub llama: Distance,
+    /// max |combs logsumexp − llama.cpp logsumexp| over positions.
+    pub max_lse_diff: f64,
+    /// combs against the f64 reference forward (when the fixture has it).
+    pub reference: Option<Distance>,
+    /// Positions where llama.cpp with flash attention off has llama.cpp's
+    /// (flash attention on) argmax, when the fixture has it.
+    pub fa_off_agree: Option<usize>,
+    /// Positions where the f64 reference has llama.cpp's argmax.
+    pub ref_llama_agree: Option<usize>,
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// Whether `agree` of `n` is at least 99% (integer arithmetic: with 128
+/// positions at most one may differ).
+pub fn meets_99pct(agree: usize, n: usize) -> bool {
+    agree * 100 >= n * 99
+}
+
+fn pct(a: usize, n: usize) -> f64 {
+    100.0 * a as f64 / n.max(1) as f64
+}
+
+impl TeacherReport {
+    /// Agreement with llama.cpp in percent.
+    pub fn agreement_pct(&self) -> f64 {
+        pct(self.llama.agree, self.n)
+    }
+
+    /// Whether at least 99% of positions agree with llama.cpp.
+    pub fn meets_99pct(&self) -> bool {
+        meets_99pct(self.llama.agree, self.n)
+    }
+
+    /// Lines for the log.
+    pub fn summary(&self) -> Vec<String> {
+        let n = self.n;
+        let mut out = vec![format!(
+            "combs vs llama.cpp: argmax agreement {}/{n} = {:.2}%, max |logit diff| {:.4} (pos {}), \
+             mean {:.4} (over llama.cpp's top-8), max |logsumexp diff| {:.4}",
+            self.llama.agree,
+            self.agreement_pct(),
+            self.llama.max_abs_diff,
+            self.llama.max_pos,
+            self.llama.mean_abs_diff,
+            self.max_lse_diff
+        )];
+        if let Some(r) = &self.reference {
+            out.push(format!(
+                "combs vs f64 reference: argmax agreement {}/{n} = {:.2}%, max |logit diff| {:.4} \
+                 (pos {}), mean {:.4}",
+                r.agree,
+                pct(r.agree, n),
+                r.max_abs_diff,
+                r.max_pos,
+                r.mean_abs_diff
+            ));
+        }
+        if let Some(a) = self.ref_llama_agree {
+            out.push(format!(
+                "baseline: f64 reference vs llama.cpp argmax agreement {a}/{n} = {:.2}%",
+                pct(a, n)
+            ));
+        }
+        if let Some(a) = self.fa_off_agree {
+            out.push(format!(
+                "baseline: llama.cpp flash-attn off vs on argmax agreement {a}/{n} = {:.2}%",
+                pct(a, n)
+            ));
+        }
+        out
+    }
+}
+
+fn logsumexp(row: &[f32]) -> f64 {
+    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    m + row.iter().map(|&l| (l as f64 - m).exp()).sum::<f64>().ln()
+}
+
+/// Adds one position to a distance: combs' `row` against `(ids, logits)`.
+fn accumulate(
+    d: &mut Distance,
+    sum: &mut f64,
+    pos: usize,
+    row: &[f32],
+    ids: &[u32],
+    logits: &[f64],
+) {
+    for (&id, &l) in ids.iter().zip(logits) {
+        let x = (row[id as usize] as f64 - l).abs();
+        *sum += x;
+        if x > d.max_abs_diff {
+            d.max_abs_diff = x;
+            d.max_pos = pos;
+        }
+    }
+}
+
+/// Evaluates the first `n` tokens of `tokens` from an empty context with
+/// every logit row returned, and compares each row with llama.cpp's. With
+/// `COMBS_PARITY_DUMP=DIR` set, the rows are also written to
+/// `DIR/<dump_name>.f32` (n × n_vocab little-endian f32) for offline diagnosis.
+pub fn teacher_forcing(
+    session: &mut Session,
+    tokens: &[u32],
+    want: &TopK,
+    n: usize,
+    dump_name: &str,
+) -> TeacherReport {
+    let n = n.min(tokens.len()).min(want.ids.len());
+    session.clear();
+    let all = session
+        .prefill_all_logits(&tokens[..n])
+        .expect("prefill_all_logits");
+    if let Some(dir) = std::env::var_os("COMBS_PARITY_DUMP") {
+        let path = Path::new(&dir).join(format!("{dump_name}.f32"));
+        let bytes: Vec<u8> = all.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        eprintln!("logits written to {}", path.display());
+    }
+    let n_vocab = all.len() / n;
+    let k = want.ids.first().map_or(1, Vec::len);
+    let has_ref = want.ref_argmax.is_some() && want.ref_logits.is_some();
+    let mut r = TeacherReport {
+        n,
+        llama: Distance::default(),
+        max_lse_diff: 0.0,
+        reference: has_ref.then(Distance::default),
+        fa_off_agree: want
+            .argmax_fa_off
+            .as_ref()
+            .map(|a| (0..n).filter(|&p| a[p] == want.ids[p][0]).count()),
+        ref_llama_agree: want
+            .ref_argmax
+            .as_ref()
+            .map(|a| (0..n).filter(|&p| a[p] == want.ids[p][0]).count()),
+        mismatches: Vec::new(),
+    };
+    let (mut sum, mut ref_sum) = (0.0, 0.0);
+    for pos in 0..n {
+        let row = &all[pos * n_vocab..(pos + 1) * n_vocab];
+        let (ids, logits) = (&want.ids[pos], &want.logits[pos]);
+        accumulate(&mut r.llama, &mut sum, pos, row, ids, logits);
+        r.max_lse_diff = r.max_lse_diff.max((logsumexp(row) - want.lse[pos]).abs());
+        let ours = argmax(row) as u32;
+        if let (Some(d), Some(ra), Some(rl)) =
+            (&mut r.reference, &want.ref_argmax, &want.ref_logits)
+        {
+            accumulate(d, &mut ref_sum, pos, row, ids, &rl[pos]);
+            d.agree += usize::from(ours == ra[pos]);
+        }
+        if ours == ids[0] {
+            r.llama.agree += 1;
+        } else {
+            r.mismatches.push(Mismatch {
+                pos,
+                ours,
+                theirs: ids[0],
+                our_margin: (row[ours as usize] - row[ids[0] as usize]) as f64,
+                their_margin: ids
+                    .iter()
+                    .position(|&i| i == ours)
+                    .map(|k| logits[0] - logits[k]),
+                ref_argmax: want.ref_argmax.as_ref().map(|a| a[pos]),
+                fa_off_argmax: want.argmax_fa_off.as_ref().map(|a| a[pos]),
+            });
+        }
+    }
+    r.llama.mean_abs_diff = sum / (n * k).max(1) as f64;
+    if let Some(d) = &mut r.reference {
+        d.mean_abs_diff = ref_sum / (n * k).max(1) as f64;
+    }
+    r
+}
+
+/// Prints a window's report and its mismatches (with the tokens involved).
+pub fn print_teacher(
+    label: &str,
+    r: &TeacherReport,
+    tokens: &[u32],
+    piece: impl Fn(u32) -> String,
+) {
+    for line in r.summary() {
+        eprintln!("[{label}] {line}");
+    }
+    for m in &r.mismatches {
+        let opt = |x: Option<u32>| x.map_or("-".to_string(), |t| format!("{t} {:?}", piece(t)));
+        eprintln!(
+            "[{label}]   pos {:>3} after {:?}: combs {} {:?}, llama.cpp {} {:?}; margin combs {:.4}, \
+             llama.cpp {}; f64 ref {}, llama.cpp fa-off {}",
+            m.pos,
+            piece(tokens[m.pos]),
+            m.ours,
+            piece(m.ours),
+            m.theirs,
+            piece(m.theirs),
+            m.our_margin,
+            m.their_margin
+                .map_or("(not in its top-8)".to_string(), |x| format!("{x:.4}")),
+            opt(m.ref_argmax),
+            opt(m.fa_off_argmax),
+        );
+    }
+}
+
+// ---------------------------------------------------------------- greedy
+
+/// Greedy generation and where it left llama.cpp's tokens.
+#[derive(Debug)]
+pub struct GreedyReport {
+    pub ours: Vec<u32>,
+    pub theirs: Vec<u32>,
+    /// Length of the common prefix.
+    pub n_match: usize,
+    /// combs' top-2 logit margin at each step.
+    pub margins: Vec<f64>,
+}
+
+/// Generates `n` tokens greedily (argmax of the raw logits, the prompt in one
+/// batch, then one decode step per token, not stopping at end-of-generation
+/// tokens) from an empty context.
+pub fn greedy(session: &mut Session, prompt: &[u32], n: usize, theirs: &[u32]) -> GreedyReport {
+    session.clear();
+    session.prefill(prompt).expect("prefill");
+    let mut ours = Vec::with_capacity(n);
+    let mut margins = Vec::with_capacity(n);
+    for i in 0..n {
+        let logits = session.logits();
+        let t = argmax(logits) as u32;
+        let second = logits
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != t as usize)
+            .map(|(_, &l)| l)
+            .fold(f32::NEG_INFINITY, f32::max);
+        margins.push((logits[t as usize] - second) as f64);
+        ours.push(t);
+        if i + 1 < n {
+            session.decode(t).expect("decode");
+        }
+    }
+    let n_match = common_prefix(&ours, theirs);
+    GreedyReport {
+        ours,
+        theirs: theirs[..n.min(theirs.len())].to_vec(),
+        n_match,
+        margins,
+    }
+}
+
+/// Length of the common prefix of two token sequences.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+// ---------------------------------------------------------------- perplexity
+
+/// combs' perplexity over the first `n_chunks` chunks of 512 of `tokens`
+/// (BOS replaces each chunk's first token when the model adds one), printing
+/// the running value after every chunk beside llama.cpp's.
+pub fn perplexity_chunks(
+    label: &str,
+    session: &mut Session,
+    tokens: &[u32],
+    bos: Option<u32>,
+    n_chunks: usize,
+    theirs: &[f64],
+) -> PerplexityReport {
+    let tokens = &tokens[..(n_chunks * 512).min(tokens.len())];
+    let t0 = std::time::Instant::now();
+    perplexity(session, tokens, 512, bos, |i, ppl| {
+        let want = theirs.get(i).copied().unwrap_or(f64::NAN);
+        eprintln!(
+            "[{label}] chunk {:>2}: running PPL combs {ppl:.4}, llama.cpp {want:.4} ({:+.3}%), {:.0} s",
+            i + 1,
+            100.0 * (ppl / want - 1.0),
+            t0.elapsed().as_secs_f64()
+        );
+    })
+    .expect("perplexity")
+}
+
+/// Relative difference in percent.
+pub fn rel_pct(ours: f64, theirs: f64) -> f64 {
+    100.0 * (ours / theirs - 1.0)
+}
