@@ -70,6 +70,18 @@ fn kernels() -> Vec<KernelDef> {
     k.push(def("attention_rows_f16_f32", "attention_rows.comp", &[]));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));
     k.push(def("glu_gelu_f32", "glu.comp", &[("ACT_GELU_TANH", "1")]));
+    for (name, d) in [
+        ("q8_0", "ROUND_Q8_0"),
+        ("q8_k", "ROUND_Q8_K"),
+        ("f16", "ROUND_F16"),
+        ("bf16", "ROUND_BF16"),
+    ] {
+        k.push(def(
+            format!("act_round_{name}_f32"),
+            "act_round.comp",
+            &[(d, "1")],
+        ));
+    }
     k
 }
 

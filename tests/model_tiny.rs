@@ -201,3 +201,83 @@ fn unknown_architecture_is_named() {
         "{err}"
     );
 }
+
+/// Under llama.cpp numerics the GPU model rounds every linear input like
+/// ggml-cpu; the CPU reference does the same with `act_round_ref`. A value
+/// that lands within f32 noise of a rounding boundary may round the other
+/// way on either side and move that position by a quantum, so the check is
+/// on the median position, with a loose bound on the worst; such a flip
+/// early in the prompt reaches every later position through attention, so
+/// a model passes when most of several random models match (one flips in
+/// about seven).
+fn check_llama_cpp_numerics(arch: &str, t: QuantType) -> bool {
+    use combs::ops::act_round::Numerics;
+    let mut rng = Rng::fresh(&format!("tiny_numerics_{arch}_{t:?}"));
+    let mut cfg = SynthConfig::preset("tiny", t).expect("preset");
+    cfg.arch = arch.to_string();
+    cfg.seed = rng.next_u64();
+    let bytes = synth_gguf(&cfg).expect("synth").to_bytes();
+    let g = GgufFile::from_bytes(bytes).expect("parse");
+    let opts = LoadOptions {
+        numerics: Numerics::LlamaCppCpu,
+        ..LoadOptions::default()
+    };
+    let model = ModelRegistry::new().load(&gpu(), &g, &opts).expect("load");
+    let spec = model.spec().clone();
+    let mut rounded =
+        ReferenceModel::load_with(&g, spec.clone(), Numerics::LlamaCppCpu).expect("reference");
+    let mut exact = ReferenceModel::load(&g, spec).expect("reference");
+    let prompt: Vec<u32> = (0..12).map(|_| rng.below(cfg.n_vocab) as u32).collect();
+    let sopts = SessionOptions {
+        n_ctx: 64,
+        n_batch: 32,
+        n_logit_rows: 32,
+        ..Default::default()
+    };
+    let mut session = Session::new(model, &sopts).expect("session");
+    let all = session.prefill_all_logits(&prompt).expect("prefill");
+    let (mut ours, mut apart) = (Vec::new(), Vec::new());
+    for (i, &tok) in prompt.iter().enumerate() {
+        let want = rounded.step(tok).expect("reference step");
+        let plain = exact.step(tok).expect("reference step");
+        ours.push(rel_err(&all[i * cfg.n_vocab..(i + 1) * cfg.n_vocab], &want));
+        apart.push(rel_err(&want, &plain));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let worst = ours.iter().copied().fold(0.0, f64::max);
+    let (m_ours, m_apart) = (median(&mut ours), median(&mut apart));
+    eprintln!(
+        "{arch} {t:?}: GPU vs rounded reference median {m_ours:.2e} worst {worst:.2e}; \
+         rounded vs exact reference median {m_apart:.2e}"
+    );
+    assert!(worst < 5e-2, "{arch} {t:?}: worst relative error {worst}");
+    // the rounding is real: it moves the logits far more than the GPU's error
+    assert!(
+        m_apart > 1e-4,
+        "{arch} {t:?}: rounding had no visible effect"
+    );
+    m_ours < 1e-5
+}
+
+#[test]
+fn llama_cpp_numerics_match_rounded_reference() {
+    let cases = [
+        ("llama", QuantType::Q4_1),
+        ("llama", QuantType::Q8_0),
+        ("llama", QuantType::Q4_0),
+        ("qwen2", QuantType::Q4_1),
+        ("qwen2", QuantType::Q5_0),
+    ];
+    let matched = cases
+        .iter()
+        .filter(|(arch, t)| check_llama_cpp_numerics(arch, *t))
+        .count();
+    assert!(
+        matched >= 2,
+        "only {matched} of {} random models match the rounded reference",
+        cases.len()
+    );
+}

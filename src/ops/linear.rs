@@ -72,10 +72,9 @@ const ROWS_WG: usize = 64;
 /// tiles as wide as the batch (up to a register budget) so each weight is
 /// dequantized once per tile.
 fn rows_tiling(n: usize) -> (usize, usize) {
-    let from_env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
-    if let (Some(tn), Some(rpi)) = (from_env("COMBS_ROWS_TN"), from_env("COMBS_ROWS_RPI")) {
-        return (tn, rpi);
-    }
+    // Wider tiles ran somewhat faster on lavapipe (16 rows per invocation for
+    // one token, 16 tokens × 8 rows for batches) but LLVM then takes minutes
+    // to compile the 13 weight formats' pipelines, which every process pays.
     match n {
         1 => (1, 8),
         2..=8 => (8, 4),

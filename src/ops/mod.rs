@@ -2,6 +2,7 @@
 //! variant choice and dispatch recording (never submission), plus the scalar
 //! reference each kernel is tested against.
 
+pub mod act_round;
 pub mod attention;
 pub mod dequant;
 pub mod get_rows;

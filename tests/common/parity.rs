@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use combs::models::LoadOptions;
+use combs::ops::act_round::Numerics;
 use combs::runtime::model::model_cache_dir;
 use combs::runtime::perplexity::{PerplexityReport, perplexity};
 use combs::runtime::sampler::argmax;
@@ -108,10 +109,13 @@ pub fn model_path(file: &str) -> PathBuf {
     path
 }
 
-/// Loads a model on the test GPU.
-pub fn load_model(ctx: &Arc<combs::gpu::GpuContext>, path: &Path) -> Model {
-    Model::load(ctx, path, &LoadOptions::default())
-        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+/// Loads a model on the test GPU with the given linear-layer numerics.
+pub fn load_model(ctx: &Arc<combs::gpu::GpuContext>, path: &Path, numerics: Numerics) -> Model {
+    let opts = LoadOptions {
+        numerics,
+        ..LoadOptions::default()
+    };
+    Model::load(ctx, path, &opts).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
 /// A session that can return every logit row of a 512-token window.

@@ -8,6 +8,7 @@ use clap::Args;
 use combs::ModelError;
 use combs::gpu::GpuContext;
 use combs::models::LoadOptions;
+use combs::ops::act_round::Numerics;
 use combs::runtime::Model;
 use combs::runtime::model::default_model_path;
 
@@ -22,6 +23,14 @@ pub struct ModelArgs {
     /// Vulkan device index (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
+    /// Linear-layer numerics: `exact` (default) or `llama.cpp` (round
+    /// activations as llama.cpp's CPU backend does, to compare outputs).
+    #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
+    pub numerics: Numerics,
+}
+
+fn parse_numerics(s: &str) -> Result<Numerics, String> {
+    Numerics::parse(s).map_err(|e| e.to_string())
 }
 
 impl ModelArgs {
@@ -52,6 +61,7 @@ impl ModelArgs {
             &path,
             &LoadOptions {
                 show_progress: true,
+                numerics: self.numerics,
             },
         )
         .map_err(|e| match e {
