@@ -178,6 +178,8 @@ fn print_model(g: &GgufFile, path: &str, full: bool, out: &mut dyn Write) -> std
         )?;
     }
 
+    print_spec(g, out)?;
+
     let tensors = g.tensors();
     writeln!(out, "\ntensors ({}):", tensors.len())?;
     let rows: Vec<[String; 5]> = tensors
@@ -238,6 +240,72 @@ fn print_model(g: &GgufFile, path: &str, full: bool, out: &mut dyn Write) -> std
         parts.join("; ")
     )?;
     Ok(())
+}
+
+/// The architecture combs resolves from the metadata, or why it cannot.
+fn print_spec(g: &GgufFile, out: &mut dyn Write) -> std::io::Result<()> {
+    let sp = match combs::models::ModelRegistry::new().resolve(g) {
+        Ok(sp) => sp,
+        Err(e) => return writeln!(out, "\nresolved architecture: none ({e})"),
+    };
+    writeln!(
+        out,
+        "\nresolved architecture: {} ({:?} family)",
+        sp.arch, sp.family
+    )?;
+    writeln!(
+        out,
+        "  layers {}, embedding {}, feed-forward {}, vocabulary {}, trained context {}",
+        sp.n_layer, sp.n_embd, sp.n_ff, sp.n_vocab, sp.n_ctx_train
+    )?;
+    writeln!(
+        out,
+        "  heads {} (KV {}), head dim {}, attention scale {}, softcap {} (final {})",
+        sp.n_head, sp.n_head_kv, sp.head_dim, sp.attn_scale, sp.attn_softcap, sp.final_softcap
+    )?;
+    writeln!(
+        out,
+        "  rope {:?} over {} dims, base {} (local layers {}), scaling {:?}, attn factor {}",
+        sp.rope_style,
+        sp.n_rot,
+        sp.rope_base,
+        sp.rope_base_local,
+        sp.rope_scaling,
+        sp.rope_attn_factor
+    )?;
+    writeln!(
+        out,
+        "  norm {:?} eps {}, activation {:?}, embedding scale {}, QKV bias {}, Q/K norm {}, \
+         post-norms {}, fused QKV {}, fused gate/up {}, tied output {}",
+        sp.norm_flavor,
+        sp.norm_eps,
+        sp.activation,
+        sp.embed_scale,
+        yes(sp.qkv_bias),
+        yes(sp.qk_norm),
+        yes(sp.post_norms),
+        yes(sp.fused_qkv),
+        yes(sp.fused_gate_up),
+        yes(sp.tied_embeddings)
+    )?;
+    let windows: Vec<String> = sp
+        .layers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, k)| match k {
+            combs::models::LayerKind::SlidingWindow { window } => Some(format!("{i}:{window}")),
+            combs::models::LayerKind::Full => None,
+        })
+        .collect();
+    if windows.is_empty() {
+        writeln!(out, "  every layer attends to the full context")
+    } else {
+        writeln!(
+            out,
+            "  sliding-window layers (layer:window) {}; the others full",
+            windows.join(" ")
+        )
+    }
 }
 
 /// "1 tensor", "2 tensors".

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""llama-bench style pp/tg of one GGUF file through llama.cpp (the cyllama
+wheel: cyllama-vulkan on a GPU machine), printed as one JSON line in the
+shape `combs bench --json` uses for the fields the comparison reads.
+
+    python3 bench/llamacpp_bench.py MODEL.gguf [-p 512] [-n 128] [-r 3]
+
+pp: one batch of -p tokens from an empty context; tg: -n single-token
+decodes from an empty context. Each timing ends by reading the logits,
+which waits for the device. One warm-up run precedes the timed ones;
+the median is reported.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-r", type=int, default=3)
+    a = ap.parse_args()
+
+    import cyllama.llama.llama_cpp as cy
+
+    cy.llama_backend_init()
+    cy.ggml_backend_load_all()
+    mp = cy.LlamaModelParams()
+    mp.n_gpu_layers = 999
+    model = cy.LlamaModel(a.model, mp)
+    cp = cy.LlamaContextParams()
+    cp.n_ctx = a.p + a.n + 16
+    cp.n_batch = max(a.p, 1)
+    cp.n_ubatch = max(a.p, 1)
+    ctx = cy.LlamaContext(model, cp)
+    n_vocab = model.get_vocab().n_vocab if hasattr(model.get_vocab(), "n_vocab") else 32000
+
+    x = 0x2545F4914F6CDD1D
+    def tok():
+        nonlocal x
+        x ^= (x << 13) & (2**64 - 1)
+        x ^= x >> 7
+        x ^= (x << 17) & (2**64 - 1)
+        return x % min(n_vocab, 32000)
+
+    prompt = [tok() for _ in range(a.p)]
+    gen = [tok() for _ in range(a.n)]
+    pp, tg = [], []
+    for rep in range(a.r + 1):
+        if a.p:
+            ctx.kv_cache_clear()
+            t0 = time.perf_counter()
+            ctx.decode(cy.llama_batch_get_one(prompt, 0))
+            ctx.get_logits()
+            dt = time.perf_counter() - t0
+            if rep:
+                pp.append(a.p / dt)
+        if a.n:
+            ctx.kv_cache_clear()
+            t0 = time.perf_counter()
+            for i, t in enumerate(gen):
+                ctx.decode(cy.llama_batch_get_one([t], i))
+                ctx.get_logits()
+            dt = time.perf_counter() - t0
+            if rep:
+                tg.append(a.n / dt)
+    out = {
+        "model": a.model.rsplit("/", 1)[-1],
+        "engine": "llama.cpp (cyllama-vulkan)",
+        "pp": {"n": a.p, "tps": statistics.median(pp) if pp else 0.0, "samples": pp},
+        "tg": {"n": a.n, "tps": statistics.median(tg) if tg else 0.0, "samples": tg},
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Side-by-side speed of combs and llama.cpp's Vulkan backend on the same
+# synthetic GGUF files, in one run, on the GPU machine:
+#
+#   bench/vs-llamacpp.sh [--combs BIN] [--wheel CYLLAMA_VULKAN.whl] [--dir DIR] [CASE...]
+#
+# CASE is PRESET:TYPE (default: the six of the speed issue: smollm2-135m:q4_0
+# smollm2-135m:q8_0 llama-1b:q4_0 llama-1b:q4_k llama-8b:q4_0 llama-8b:q4_k).
+# Each file is made by `combs synth`, then `combs bench -p 512 -n 128 --json`
+# and bench/llamacpp_bench.py (llama.cpp through the cyllama-vulkan wheel,
+# installed into a venv from the wheel file; Python 3.12) run on it. Prints
+# one table: pp512 and tg128 tokens/s of both and the ratio combs/llama.cpp.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+combs="${COMBS_BIN:-$here/../target/release/combs}"
+wheel=""
+dir="${TMPDIR:-/tmp}/combs-bench"
+reps=3
+cases=()
+while (($#)); do
+    case "$1" in
+        --combs) combs="$2"; shift 2 ;;
+        --wheel) wheel="$2"; shift 2 ;;
+        --dir) dir="$2"; shift 2 ;;
+        -r) reps="$2"; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) cases+=("$1"); shift ;;
+    esac
+done
+((${#cases[@]})) || cases=(smollm2-135m:q4_0 smollm2-135m:q8_0 llama-1b:q4_0 llama-1b:q4_k llama-8b:q4_0 llama-8b:q4_k)
+mkdir -p "$dir"
+
+py=python3
+if [[ -n $wheel ]]; then
+    if [[ ! -x $dir/venv/bin/python ]]; then
+        python3 -m venv "$dir/venv"
+        "$dir/venv/bin/pip" install -q --no-deps --no-index "$wheel"
+    fi
+    py="$dir/venv/bin/python"
+fi
+
+rows=()
+for c in "${cases[@]}"; do
+    preset="${c%%:*}" type="${c##*:}"
+    f="$dir/$preset-$type.gguf"
+    [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
+    ours="$("$combs" bench -m "$f" -p 512 -n 128 -r "$reps" --json)"
+    theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>/dev/null | tail -1)"
+    rows+=("$preset|$type|$ours|$theirs")
+done
+
+"$py" - "${rows[@]}" <<'PY'
+import json, sys
+print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'ratio':>6}")
+for row in sys.argv[1:]:
+    preset, ty, ours, theirs = row.split("|", 3)
+    o, t = json.loads(ours), json.loads(theirs)
+    pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
+    tr = o["tg"]["tps"] / t["tg"]["tps"] if t["tg"]["tps"] else float("nan")
+    print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pr:6.2f}   {o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {tr:6.2f}")
+PY
