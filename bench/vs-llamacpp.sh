@@ -8,7 +8,7 @@
 # smollm2-135m:q8_0 llama-1b:q4_0 llama-1b:q4_k llama-8b:q4_0 llama-8b:q4_k).
 # Each file is made by `combs synth`, then `combs bench -p 512 -n 128 --json`
 # and bench/llamacpp_bench.py (llama.cpp through the cyllama-vulkan wheel,
-# installed into a venv from the wheel file; Python 3.12) run on it. Prints
+# installed from the wheel file into DIR/py; Python 3.12) run on it. Prints
 # one table: pp512 and tg128 tokens/s of both and the ratio combs/llama.cpp.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,11 +32,9 @@ mkdir -p "$dir"
 
 py=python3
 if [[ -n $wheel ]]; then
-    if [[ ! -x $dir/venv/bin/python ]]; then
-        python3 -m venv "$dir/venv"
-        "$dir/venv/bin/pip" install -q --no-deps --no-index "$wheel"
-    fi
-    py="$dir/venv/bin/python"
+    # a private target folder: no venv module needed, nothing outside $dir touched
+    [[ -d $dir/py/cyllama ]] || python3 -m pip install -q --no-deps --no-index --target "$dir/py" "$wheel"
+    export PYTHONPATH="$dir/py${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 rows=()
@@ -45,17 +43,20 @@ for c in "${cases[@]}"; do
     f="$dir/$preset-$type.gguf"
     [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
     ours="$("$combs" bench -m "$f" -p 512 -n 128 -r "$reps" --json)"
-    theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>/dev/null | tail -1)"
+    theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>"$dir/llamacpp-$preset-$type.log" | tail -1)"
     rows+=("$preset|$type|$ours|$theirs")
 done
 
 "$py" - "${rows[@]}" <<'PY'
 import json, sys
-print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'ratio':>6}")
+print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}")
+pf = lambda v: f"{v:8.0f}" if v else f"{'-':>8}"
 for row in sys.argv[1:]:
     preset, ty, ours, theirs = row.split("|", 3)
     o, t = json.loads(ours), json.loads(theirs)
     pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
     tr = o["tg"]["tps"] / t["tg"]["tps"] if t["tg"]["tps"] else float("nan")
-    print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pr:6.2f}   {o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {tr:6.2f}")
+    print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pf(t['pp'].get('perf_tps'))} {pr:6.2f}   "
+          f"{o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {pf(t['tg'].get('perf_tps'))} {tr:6.2f}")
+print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters")
 PY

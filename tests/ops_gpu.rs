@@ -182,6 +182,9 @@ fn matmul_every_type_matches_ref() {
 fn matvec_odd_rows_bias_accumulate_matches_ref() {
     check_linear(QuantType::Q4_0, 131, 96, 1, true, true);
     check_linear(QuantType::Q6K, 5, 768, 1, true, true);
+    // several rows per invocation group (1024+ and 8192+ rows), odd tails
+    check_linear(QuantType::Q4_1, 1029, 128, 1, true, true);
+    check_linear(QuantType::Q8_0, 8195, 64, 1, false, true);
 }
 
 #[test]
