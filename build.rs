@@ -62,6 +62,14 @@ fn kernels() -> Vec<KernelDef> {
             "matmul_rows.comp",
             &[(d, "1")],
         ));
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(
+                format!("matmul_coop_{t}_f32"),
+                "matmul_coop.comp",
+                &[(d, "1")],
+            )
+        });
     }
     k.push(def("rms_norm_f32", "rms_norm.comp", &[]));
     k.push(def("rope_f32", "rope.comp", &[]));

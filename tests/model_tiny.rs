@@ -150,7 +150,15 @@ fn rewind_then_decode_matches_fresh_evaluation() {
     a.decode(200).expect("decode");
     let mut b = Session::new(model, &opts).expect("session");
     b.prefill(&[1, 9, 33, 200]).expect("prefill");
-    assert!(rel_err(a.logits(), b.logits()) < 1e-5);
+    // On devices with f16 matrix units a prefill goes through them and a
+    // decode does not, so the two paths differ by f16 rounding there.
+    let tol = if combs::ops::linear::LinearVariant::coop_available(&gpu()) {
+        5e-3
+    } else {
+        1e-5
+    };
+    let e = rel_err(a.logits(), b.logits());
+    assert!(e < tol, "rewound then decoded vs fresh: relative error {e}");
 }
 
 #[test]

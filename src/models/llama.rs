@@ -19,7 +19,7 @@ use crate::ops::act_round::{ActRounding, Numerics, record_act_round};
 use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::record_glu;
-use crate::ops::linear::{Linear, record_linear};
+use crate::ops::linear::{Linear, LinearVariant, record_linear_with};
 use crate::ops::rms_norm::record_rms_norm;
 use crate::ops::rope::{RopeScaling, RopeShape, inv_freq, record_rope};
 use crate::quant::QuantWeight;
@@ -395,7 +395,20 @@ impl LlamaModel {
         accumulate: bool,
     ) -> Result<()> {
         let x = self.linear_input(rec, s, w.weight.qtype(), x, n, w.n_in())?;
-        w.record(rec, x, n, out, accumulate)
+        match self.numerics {
+            Numerics::Exact => w.record(rec, x, n, out, accumulate),
+            // f32 kernels only: f16 matrix units would add their own rounding
+            Numerics::LlamaCppCpu => record_linear_with(
+                rec,
+                LinearVariant::choose_f32(rec.context(), n, x),
+                &w.weight,
+                w.bias.as_ref(),
+                x,
+                n,
+                out,
+                accumulate,
+            ),
+        }
     }
 
     /// `x += W·input`, or `x += norm(W·input)` where a post-norm follows the projection.
@@ -526,8 +539,13 @@ impl GenerativeModel for LlamaModel {
         )?;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let xn = self.linear_input(rec, s, head.qtype(), xn, n, e)?;
-        record_linear(
+        let variant = match self.numerics {
+            Numerics::Exact => LinearVariant::choose(rec.context(), n, xn),
+            Numerics::LlamaCppCpu => LinearVariant::choose_f32(rec.context(), n, xn),
+        };
+        record_linear_with(
             rec,
+            variant,
             head,
             None,
             xn,

@@ -65,6 +65,8 @@ const FLAG_BIAS: u32 = 2;
 const MATVEC_WG: u32 = 128;
 const MATMUL_BM: usize = 64;
 const MATMUL_BN: usize = 32;
+const COOP_BM: usize = 64;
+const COOP_BN: usize = 64;
 /// `matmul_rows.comp`: invocations per workgroup.
 const ROWS_WG: usize = 64;
 
@@ -158,11 +160,33 @@ pub enum LinearVariant {
     /// One invocation per row with uniform activation loads (`matmul_rows.comp`),
     /// for CPU devices such as lavapipe.
     Rows,
+    /// Cooperative-matrix tiles, f16 inputs and f32 accumulation
+    /// (`matmul_coop.comp`), where the device has 16×16×16 f16 matrices and
+    /// subgroups of 32.
+    Coop,
 }
 
 impl LinearVariant {
+    /// Whether [`LinearVariant::Coop`] can run on this device.
+    pub fn coop_available(ctx: &GpuContext) -> bool {
+        ctx.caps().has_coop_mat_16x16x16()
+            && ctx.caps().shader_float16
+            && kernel_subgroup(ctx) == 32
+    }
+
     /// The variant combs picks for `n` tokens on this device.
     pub fn choose(ctx: &GpuContext, n: usize, x: View<'_>) -> Self {
+        let cpu = ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU;
+        if n > 1 && !cpu && Self::coop_available(ctx) {
+            LinearVariant::Coop
+        } else {
+            Self::choose_f32(ctx, n, x)
+        }
+    }
+
+    /// The variant combs picks among those that keep f32 inputs (no f16
+    /// rounding of weights or activations).
+    pub fn choose_f32(ctx: &GpuContext, n: usize, x: View<'_>) -> Self {
         let aligned = x.offset.is_multiple_of(4) && x.ld.is_multiple_of(4);
         if aligned && ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
             LinearVariant::Rows
@@ -221,6 +245,7 @@ pub fn record_linear_with(
         LinearVariant::Matvec => n == 1 && x.offset.is_multiple_of(4),
         LinearVariant::Rows => aligned,
         LinearVariant::Tiled => true,
+        LinearVariant::Coop => LinearVariant::coop_available(rec.context()),
     };
     if !fits {
         return Err(ModelError::Internal(format!(
@@ -289,6 +314,20 @@ pub fn record_linear_with(
                     &[MATVEC_WG, sg, tpr, nr],
                     &bindings,
                     bytemuck::bytes_of(&params),
+                    groups,
+                )?;
+            }
+            LinearVariant::Coop => {
+                let groups = [
+                    pc_u32("groups", chunk.n_rows.div_ceil(COOP_BM))?,
+                    pc_u32("groups", n.div_ceil(COOP_BN))?,
+                    1,
+                ];
+                rec.dispatch(
+                    kernel("matmul_coop", w)?,
+                    &[128, 32],
+                    &bindings,
+                    bytemuck::bytes_of(&mm_params(1)?),
                     groups,
                 )?;
             }
