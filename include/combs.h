@@ -32,6 +32,15 @@ typedef enum combs_status {
   COMBS_ERR_BUFFER_TOO_SMALL,
 } combs_status;
 
+// How a model's linear layers treat their inputs.
+typedef enum combs_numerics {
+  // f32 activations into the dequantizing kernels (closest to exact).
+  COMBS_NUMERICS_EXACT = 0,
+  // Activations rounded as llama.cpp's CPU backend rounds them (8-bit
+  // blocks before quantized products), to compare outputs with it.
+  COMBS_NUMERICS_LLAMA_CPP = 1,
+} combs_numerics;
+
 // KV cache implementation of a session.
 typedef enum combs_kv_kind {
   // One contiguous block of `n_ctx` rows per layer.
@@ -70,6 +79,8 @@ typedef struct combs_model_options {
   // Draw a progress bar on stderr while the weights upload (only when
   // stderr is a terminal).
   bool show_progress;
+  // Linear-layer numerics.
+  enum combs_numerics numerics;
 } combs_model_options;
 
 // A token id: an index into the model's vocabulary.
@@ -161,7 +172,7 @@ enum combs_status combs_runtime_create(const struct combs_runtime_options *opts,
 // and not in use by another thread.
 void combs_runtime_free(struct combs_runtime *rt);
 
-// The default model options (no progress bar).
+// The default model options (no progress bar, exact numerics).
 struct combs_model_options combs_model_default_options(void);
 
 // Loads a GGUF model file onto the runtime's device. `opts` may be NULL for
@@ -171,7 +182,8 @@ struct combs_model_options combs_model_default_options(void);
 // offset, metadata key or tensor).
 //
 // # Errors
-// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`), `COMBS_ERR_IO`
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`, a `numerics`
+// outside `combs_numerics`), `COMBS_ERR_IO`
 // (missing or unreadable file, a directory), `COMBS_ERR_FORMAT` (not GGUF,
 // truncated, inconsistent metadata, missing tensor, bad shape),
 // `COMBS_ERR_UNSUPPORTED` (unknown architecture or tensor type),

@@ -199,6 +199,38 @@ fn ffi_bad_model_files_give_status_and_path() {
         assert!(last_error().starts_with("combs_model_load: "));
         assert!(m.is_null(), "{name}: out-parameter is NULL on failure");
     }
+
+    // options: a numerics value outside the enum, then llama.cpp numerics
+    #[repr(C)]
+    struct RawOptions {
+        show_progress: bool,
+        numerics: i32,
+    }
+    let real_path = c_path(&combs::runtime::model::default_model_path());
+    let bad = RawOptions {
+        show_progress: false,
+        numerics: 7,
+    };
+    let mut m: *mut combs_model = poison();
+    // SAFETY: RawOptions has combs_model_options' layout; live runtime.
+    let s = unsafe {
+        combs_model_load(
+            l.rt,
+            real_path.as_ptr(),
+            (&raw const bad).cast::<combs_model_options>(),
+            &mut m,
+        )
+    };
+    expect(s, COMBS_ERR_INVALID_ARGUMENT, &["numerics", "7"]);
+    assert!(m.is_null());
+    let mut opts = combs_model_default_options();
+    assert_eq!(opts.numerics, combs_numerics::COMBS_NUMERICS_EXACT);
+    opts.numerics = combs_numerics::COMBS_NUMERICS_LLAMA_CPP;
+    // SAFETY: as above, with a real options struct.
+    let s = unsafe { combs_model_load(l.rt, real_path.as_ptr(), &opts, &mut m) };
+    assert_eq!(s, COMBS_OK, "{}", last_error());
+    // SAFETY: a model from combs_model_load.
+    unsafe { combs_model_free(m) };
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,13 +7,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::args::{c_str, clear_out, handle, set_out};
+use super::args::{c_str, clear_out, handle, invalid, set_out};
 use super::combs_token;
 use super::guard::{Failure, guard, guard_value};
 use super::runtime::combs_runtime;
 use super::status::combs_status;
 use crate::error::ModelError;
 use crate::models::LoadOptions;
+use crate::ops::act_round::Numerics;
 use crate::runtime::Model;
 
 /// Weights and tokenizer of one model file. Only read after loading, so one
@@ -28,6 +29,17 @@ const _: () = {
     shareable::<Model>();
 };
 
+/// How a model's linear layers treat their inputs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum combs_numerics {
+    /// f32 activations into the dequantizing kernels (closest to exact).
+    COMBS_NUMERICS_EXACT = 0,
+    /// Activations rounded as llama.cpp's CPU backend rounds them (8-bit
+    /// blocks before quantized products), to compare outputs with it.
+    COMBS_NUMERICS_LLAMA_CPP = 1,
+}
+
 /// Options of `combs_model_load()`; start from `combs_model_default_options()`.
 /// Fields may be appended, never reordered.
 #[repr(C)]
@@ -36,21 +48,26 @@ pub struct combs_model_options {
     /// Draw a progress bar on stderr while the weights upload (only when
     /// stderr is a terminal).
     pub show_progress: bool,
+    /// Linear-layer numerics.
+    pub numerics: combs_numerics,
 }
 
-/// The struct as read from C memory: a `bool` byte other than 0 or 1 must not
-/// become a Rust `bool`.
+/// The struct as read from C memory: a `bool` byte other than 0 or 1, or an
+/// enum value outside `combs_numerics`, must not become a Rust value.
 #[repr(C)]
 struct RawModelOptions {
     show_progress: u8,
+    numerics: i32,
 }
 const _: () = assert!(size_of::<RawModelOptions>() == size_of::<combs_model_options>());
+const _: () = assert!(size_of::<combs_numerics>() == size_of::<i32>());
 
-/// The default model options (no progress bar).
+/// The default model options (no progress bar, exact numerics).
 #[unsafe(no_mangle)]
 pub extern "C" fn combs_model_default_options() -> combs_model_options {
     let d = combs_model_options {
         show_progress: false,
+        numerics: combs_numerics::COMBS_NUMERICS_EXACT,
     };
     guard_value("combs_model_default_options", d, |_| d, || Ok(d))
 }
@@ -62,7 +79,8 @@ pub extern "C" fn combs_model_default_options() -> combs_model_options {
 /// offset, metadata key or tensor).
 ///
 /// # Errors
-/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`), `COMBS_ERR_IO`
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`, a `numerics`
+/// outside `combs_numerics`), `COMBS_ERR_IO`
 /// (missing or unreadable file, a directory), `COMBS_ERR_FORMAT` (not GGUF,
 /// truncated, inconsistent metadata, missing tensor, bad shape),
 /// `COMBS_ERR_UNSUPPORTED` (unknown architecture or tensor type),
@@ -88,14 +106,24 @@ pub unsafe extern "C" fn combs_model_load(
         let path = Path::new(OsStr::from_bytes(path.to_bytes()));
         // SAFETY: opts is NULL or points to a combs_model_options, whose layout
         // RawModelOptions mirrors.
-        let show_progress = unsafe { opts.cast::<RawModelOptions>().as_ref() }
-            .is_some_and(|o| o.show_progress != 0);
+        let raw = unsafe { opts.cast::<RawModelOptions>().as_ref() };
+        let show_progress = raw.is_some_and(|o| o.show_progress != 0);
+        let numerics = match raw.map_or(0, |o| o.numerics) {
+            0 => Numerics::Exact,
+            1 => Numerics::LlamaCppCpu,
+            v => {
+                return Err(invalid(
+                    "numerics",
+                    format!("{v} is not a combs_numerics (0: exact, 1: llama.cpp)"),
+                ));
+            }
+        };
         let model = Model::load(
             &rt.ctx,
             path,
             &LoadOptions {
                 show_progress,
-                ..LoadOptions::default()
+                numerics,
             },
         )
         .map_err(|e| {
