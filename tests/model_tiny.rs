@@ -17,18 +17,24 @@ use combs::runtime::{Session, SessionOptions};
 use common::{Rng, gpu};
 
 fn tiny(arch: &str, seed: u64) -> SynthConfig {
-    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    tiny_of_type(arch, QuantType::F32, seed)
+}
+
+fn tiny_of_type(arch: &str, t: QuantType, seed: u64) -> SynthConfig {
+    let mut cfg = SynthConfig::preset("tiny", t).expect("preset");
     cfg.arch = arch.to_string();
     cfg.seed = seed;
     cfg
 }
 
 fn load(cfg: &SynthConfig) -> (GgufFile, Arc<dyn GenerativeModel>) {
+    load_with(cfg, &LoadOptions::default())
+}
+
+fn load_with(cfg: &SynthConfig, opts: &LoadOptions) -> (GgufFile, Arc<dyn GenerativeModel>) {
     let bytes = synth_gguf(cfg).expect("synth").to_bytes();
     let g = GgufFile::from_bytes(bytes).expect("parse");
-    let model = ModelRegistry::new()
-        .load(&gpu(), &g, &LoadOptions::default())
-        .expect("load");
+    let model = ModelRegistry::new().load(&gpu(), &g, opts).expect("load");
     (g, model)
 }
 
@@ -221,16 +227,12 @@ fn unknown_architecture_is_named() {
 fn check_llama_cpp_numerics(arch: &str, t: QuantType) -> bool {
     use combs::ops::act_round::Numerics;
     let mut rng = Rng::fresh(&format!("tiny_numerics_{arch}_{t:?}"));
-    let mut cfg = SynthConfig::preset("tiny", t).expect("preset");
-    cfg.arch = arch.to_string();
-    cfg.seed = rng.next_u64();
-    let bytes = synth_gguf(&cfg).expect("synth").to_bytes();
-    let g = GgufFile::from_bytes(bytes).expect("parse");
+    let cfg = tiny_of_type(arch, t, rng.next_u64());
     let opts = LoadOptions {
         numerics: Numerics::LlamaCppCpu,
         ..LoadOptions::default()
     };
-    let model = ModelRegistry::new().load(&gpu(), &g, &opts).expect("load");
+    let (g, model) = load_with(&cfg, &opts);
     let spec = model.spec().clone();
     let mut rounded =
         ReferenceModel::load_with(&g, spec.clone(), Numerics::LlamaCppCpu).expect("reference");

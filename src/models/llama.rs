@@ -370,10 +370,7 @@ impl LlamaModel {
         n: usize,
         width: usize,
     ) -> Result<View<'a>> {
-        let mode = match self.numerics {
-            Numerics::Exact => ActRounding::None,
-            Numerics::LlamaCppCpu => ActRounding::llama_cpp_cpu(t),
-        };
+        let mode = self.numerics.rounding_for(t);
         if mode == ActRounding::None {
             return Ok(x);
         }
@@ -395,19 +392,24 @@ impl LlamaModel {
         accumulate: bool,
     ) -> Result<()> {
         let x = self.linear_input(rec, s, w.weight.qtype(), x, n, w.n_in())?;
+        record_linear_with(
+            rec,
+            self.linear_variant(rec, n, x),
+            &w.weight,
+            w.bias.as_ref(),
+            x,
+            n,
+            out,
+            accumulate,
+        )
+    }
+
+    /// The kernel for `n` tokens of `x`: f32 kernels only under llama.cpp
+    /// numerics, since f16 matrix units would add their own rounding.
+    fn linear_variant(&self, rec: &Recording, n: usize, x: View<'_>) -> LinearVariant {
         match self.numerics {
-            Numerics::Exact => w.record(rec, x, n, out, accumulate),
-            // f32 kernels only: f16 matrix units would add their own rounding
-            Numerics::LlamaCppCpu => record_linear_with(
-                rec,
-                LinearVariant::choose_f32(rec.context(), n, x),
-                &w.weight,
-                w.bias.as_ref(),
-                x,
-                n,
-                out,
-                accumulate,
-            ),
+            Numerics::Exact => LinearVariant::choose(rec.context(), n, x),
+            Numerics::LlamaCppCpu => LinearVariant::choose_f32(rec.context(), n, x),
         }
     }
 
@@ -539,13 +541,9 @@ impl GenerativeModel for LlamaModel {
         )?;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let xn = self.linear_input(rec, s, head.qtype(), xn, n, e)?;
-        let variant = match self.numerics {
-            Numerics::Exact => LinearVariant::choose(rec.context(), n, xn),
-            Numerics::LlamaCppCpu => LinearVariant::choose_f32(rec.context(), n, xn),
-        };
         record_linear_with(
             rec,
-            variant,
+            self.linear_variant(rec, n, xn),
             head,
             None,
             xn,

@@ -85,10 +85,7 @@ fn mat(g: &GgufFile, name: &str, numerics: Numerics) -> Result<Mat> {
     let (w, dims) = tensor(g, name)?;
     let cols = dims.first().copied().unwrap_or(1) as usize;
     let rows = dims.get(1).copied().unwrap_or(1) as usize;
-    let round = match (numerics, tensor_type(g, name)) {
-        (Numerics::LlamaCppCpu, Some(t)) => ActRounding::llama_cpp_cpu(t),
-        _ => ActRounding::None,
-    };
+    let round = tensor_type(g, name).map_or(ActRounding::None, |t| numerics.rounding_for(t));
     Ok(Mat {
         rows,
         cols,

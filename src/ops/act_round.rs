@@ -32,6 +32,14 @@ pub enum Numerics {
 }
 
 impl Numerics {
+    /// The rounding linear layers with weights of type `t` apply to their inputs.
+    pub fn rounding_for(self, t: QuantType) -> ActRounding {
+        match self {
+            Numerics::Exact => ActRounding::None,
+            Numerics::LlamaCppCpu => ActRounding::llama_cpp_cpu(t),
+        }
+    }
+
     /// Parses `exact` or `llama.cpp` (also `llamacpp`, `llama-cpp`).
     ///
     /// # Errors
@@ -162,11 +170,15 @@ pub fn record_act_round(
 
 /// CPU reference of one row: the exact values `glsl/act_round.comp` writes.
 pub fn act_round_ref(mode: ActRounding, x: &[f32]) -> Vec<f32> {
+    use crate::quant::kquant_search::{fp32_to_bf16_bits, fp32_to_fp16};
     use half::{bf16, f16};
     match mode {
         ActRounding::None => x.to_vec(),
-        ActRounding::F16 => x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
-        ActRounding::Bf16 => x.iter().map(|&v| bf16_round(v, bf16::from_bits)).collect(),
+        ActRounding::F16 => x.iter().map(|&v| fp32_to_fp16(v).to_f32()).collect(),
+        ActRounding::Bf16 => x
+            .iter()
+            .map(|&v| bf16::from_bits(fp32_to_bf16_bits(v)).to_f32())
+            .collect(),
         ActRounding::Q8_0 => x
             .chunks(32)
             .flat_map(|b| {
@@ -199,15 +211,4 @@ pub fn act_round_ref(mode: ActRounding, x: &[f32]) -> Vec<f32> {
             })
             .collect(),
     }
-}
-
-/// ggml's f32 → bf16 rounding (nearest even, NaN kept quiet).
-fn bf16_round(v: f32, from_bits: fn(u16) -> half::bf16) -> f32 {
-    let u = v.to_bits();
-    let h = if (u & 0x7fff_ffff) > 0x7f80_0000 {
-        ((u >> 16) | 64) as u16
-    } else {
-        ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
-    };
-    from_bits(h).to_f32()
 }
