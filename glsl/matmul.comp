@@ -34,6 +34,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "common/dequant.glsl"
+#include "common/linear_out.glsl"
 
 shared float sa[BM][BK + 1];
 shared float sx[BN][BK + 1];
@@ -116,14 +117,7 @@ void main() {
                 continue;
             }
             const uint o = p.d_offset + t * p.ld_d + p.row_offset + row;
-            float r = acc[i][j];
-            if ((p.flags & 2u) != 0u) {
-                r += data_bias[p.row_offset + row];
-            }
-            if ((p.flags & 1u) != 0u) {
-                r += data_d[o];
-            }
-            data_d[o] = r;
+            store_linear(o, row, acc[i][j]);
         }
     }
 }

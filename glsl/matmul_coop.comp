@@ -44,6 +44,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "common/dequant.glsl"
+#include "common/linear_out.glsl"
 
 shared float16_t sa[BM * SA];
 shared float16_t sx[BN * SX];
@@ -135,14 +136,7 @@ void main() {
         const uint row = row0 + r;
         if (row < p.m && tok0 + t < p.n) {
             const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
-            float v = sc[r * SC + t];
-            if ((p.flags & 2u) != 0u) {
-                v += data_bias[p.row_offset + row];
-            }
-            if ((p.flags & 1u) != 0u) {
-                v += data_d[o];
-            }
-            data_d[o] = v;
+            store_linear(o, row, sc[r * SC + t]);
         }
     }
 }

@@ -32,6 +32,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "common/dequant.glsl"
+#include "common/linear_out.glsl"
 
 void main() {
     // Invocation i of the workgroup owns rows base + i + r * WG for r < RPI.
@@ -73,14 +74,7 @@ void main() {
       [[unroll]] for (uint j = 0u; j < TN; j++) {
         if (j < n_here) {
             const uint o = p.d_offset + (tok0 + j) * p.ld_d + p.row_offset + row;
-            float r_ = acc[r][j];
-            if ((p.flags & 2u) != 0u) {
-                r_ += data_bias[p.row_offset + row];
-            }
-            if ((p.flags & 1u) != 0u) {
-                r_ += data_d[o];
-            }
-            data_d[o] = r_;
+            store_linear(o, row, acc[r][j]);
         }
       }
     }

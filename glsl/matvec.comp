@@ -33,6 +33,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "common/dequant.glsl"
+#include "common/linear_out.glsl"
 
 shared float partial[gl_WorkGroupSize.x];
 
@@ -87,14 +88,7 @@ void main() {
         const uint row = row0 + r;
         if (lane == 0u && row < p.m) {
             const uint o = p.d_offset + p.row_offset + row;
-            float v = a;
-            if ((p.flags & 2u) != 0u) {
-                v += data_bias[p.row_offset + row];
-            }
-            if ((p.flags & 1u) != 0u) {
-                v += data_d[o];
-            }
-            data_d[o] = v;
+            store_linear(o, row, a);
         }
     }
 }
