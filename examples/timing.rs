@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut rec = Recording::new(&ctx, true)?;
             model.record_embed(&mut rec, &scratch, n)?;
             model.record_blocks(&mut rec, &scratch, cache.as_ref(), n)?;
-            model.record_logits(&mut rec, &scratch, n - 1, 1)?;
+            model.record_logits(&mut rec, &scratch, n - 1, 1, 0)?;
             rec.finish()?;
             rec.submit_and_wait()?;
             let t0 = Instant::now();
@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut plain = Recording::new(&ctx, false)?;
                 model.record_embed(&mut plain, &scratch, n)?;
                 model.record_blocks(&mut plain, &scratch, cache.as_ref(), n)?;
-                model.record_logits(&mut plain, &scratch, 0, 1)?;
+                model.record_logits(&mut plain, &scratch, 0, 1, 0)?;
                 plain.finish()?;
                 plain.submit_and_wait()?;
                 let t0 = Instant::now();

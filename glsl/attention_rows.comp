@@ -75,7 +75,9 @@ void main() {
     float m = -1.0 / 0.0;
     float l = 0.0;
     for (int j = j_lo; j <= j_hi; j++) {
-        const uint row = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + head_word;
+        // Queries of other sequences (batched calls) may walk past this one's
+        // last position: clamp so the page-table read stays inside its table.
+        const uint row = kv_slot(base, min(j, pos), p.page_size, p.ring) * kv_row_words + head_word;
         float dot_ = 0.0;
         [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
             const vec2 k = unpackHalf2x16(data_k[row + i / 2u]);

@@ -144,6 +144,17 @@ pub enum ModelError {
         reason: String,
     },
 
+    // ---- wrapping ----
+    /// Another error, with where it happened (e.g. which session of a batch).
+    #[error("{what}: {source}")]
+    Context {
+        /// Where the error happened.
+        what: String,
+        /// The error itself.
+        #[source]
+        source: Box<ModelError>,
+    },
+
     // ---- internal ----
     /// An invariant the code relies on did not hold; always a bug in combs.
     #[error("internal error: {0}")]
@@ -156,6 +167,22 @@ impl ModelError {
         ModelError::InvalidArgument {
             name,
             reason: reason.into(),
+        }
+    }
+
+    /// Wraps the error in [`ModelError::Context`] naming where it happened.
+    pub fn context(self, what: impl Into<String>) -> Self {
+        ModelError::Context {
+            what: what.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// The error under any [`ModelError::Context`] wrappers.
+    pub fn root(&self) -> &ModelError {
+        match self {
+            ModelError::Context { source, .. } => source.root(),
+            e => e,
         }
     }
 

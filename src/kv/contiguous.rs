@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{AttentionIo, CacheKind, KVCache, LayerGeometry};
+use super::{AttentionIo, CacheKind, KVCache, KvAttention, LayerGeometry};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording, run_once};
 use crate::ops::attention::{CacheAddressing, record_attention, record_kv_store};
 
 struct LayerCache {
@@ -18,6 +18,9 @@ struct LayerCache {
 
 /// A contiguous KV cache for one sequence.
 pub struct ContiguousKVCache {
+    ctx: Arc<GpuContext>,
+    geometry: Vec<LayerGeometry>,
+    max_batch: usize,
     layers: Vec<LayerCache>,
     n_ctx: usize,
     len: usize,
@@ -58,6 +61,9 @@ impl ContiguousKVCache {
         let seq_base = Buffer::new(ctx, 4 * max_batch as u64, MemoryKind::Upload, "seq base")?;
         seq_base.write_slice(0, &vec![0i32; max_batch])?;
         Ok(ContiguousKVCache {
+            ctx: ctx.clone(),
+            geometry: layers.to_vec(),
+            max_batch,
             layers: out,
             n_ctx,
             len: 0,
@@ -75,6 +81,43 @@ impl ContiguousKVCache {
             ));
         }
         Ok(())
+    }
+}
+
+impl KvAttention for ContiguousKVCache {
+    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
+        let layer = self
+            .layers
+            .get(il)
+            .ok_or_else(|| ModelError::Internal(format!("cache has no layer {il}")))?;
+        if io.n_tokens * 4 > self.seq_base.size() as usize {
+            return Err(ModelError::Internal(format!(
+                "{} tokens in one call, cache sized for {}",
+                io.n_tokens,
+                self.seq_base.size() / 4
+            )));
+        }
+        let at = CacheAddressing {
+            positions: io.positions,
+            page_table: &self.page_table,
+            seq_base: &self.seq_base,
+            page_size: layer.rows,
+            ring: layer.ring,
+        };
+        let width = io.shape.n_head_kv * io.shape.head_dim;
+        record_kv_store(rec, io.k, io.n_tokens, width, &layer.k, at)?;
+        record_kv_store(rec, io.v, io.n_tokens, width, &layer.v, at)?;
+        record_attention(
+            rec,
+            io.q,
+            io.o,
+            io.n_tokens,
+            io.shape,
+            &layer.k,
+            &layer.v,
+            at,
+            io.opts,
+        )
     }
 }
 
@@ -113,39 +156,22 @@ impl KVCache for ContiguousKVCache {
         Ok(())
     }
 
-    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
-        let layer = self
-            .layers
-            .get(il)
-            .ok_or_else(|| ModelError::Internal(format!("cache has no layer {il}")))?;
-        if io.n_tokens * 4 > self.seq_base.size() as usize {
-            return Err(ModelError::Internal(format!(
-                "{} tokens in one call, cache sized for {}",
-                io.n_tokens,
-                self.seq_base.size() / 4
-            )));
-        }
-        let at = CacheAddressing {
-            positions: io.positions,
-            page_table: &self.page_table,
-            seq_base: &self.seq_base,
-            page_size: layer.rows,
-            ring: layer.ring,
-        };
-        let width = io.shape.n_head_kv * io.shape.head_dim;
-        record_kv_store(rec, io.k, io.n_tokens, width, &layer.k, at)?;
-        record_kv_store(rec, io.v, io.n_tokens, width, &layer.v, at)?;
-        record_attention(
-            rec,
-            io.q,
-            io.o,
-            io.n_tokens,
-            io.shape,
-            &layer.k,
-            &layer.v,
-            at,
-            io.opts,
-        )
+    fn fork(&self) -> Result<Box<dyn KVCache>> {
+        let mut f = ContiguousKVCache::new(&self.ctx, &self.geometry, self.n_ctx, self.max_batch)?;
+        run_once(&self.ctx, |rec| {
+            for (src, dst) in self.layers.iter().zip(&f.layers) {
+                // A ring holds its window anywhere in its rows; a plain cache the first `len`.
+                let rows = if src.ring > 0 { src.rows } else { self.len };
+                let bytes = src.k.size() / src.rows as u64 * rows as u64;
+                if bytes > 0 {
+                    rec.copy(&src.k, 0, &dst.k, 0, bytes)?;
+                    rec.copy(&src.v, 0, &dst.v, 0, bytes)?;
+                }
+            }
+            Ok(())
+        })?;
+        f.len = self.len;
+        Ok(Box::new(f))
     }
 
     fn device_bytes(&self) -> u64 {

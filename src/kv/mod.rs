@@ -2,14 +2,18 @@
 //! computation over it (the cache decides how positions map to rows, so it
 //! records the K/V store and the attention dispatch itself).
 //!
-//! `ContiguousKVCache` holds one sequence in `n_ctx` rows per layer; the paged
-//! cache (MLC / vLLM style) lands with batching.
+//! `ContiguousKVCache` holds one sequence in `n_ctx` rows per layer;
+//! `PagedKVCache` (MLC / vLLM style) keeps each sequence in pages of a pool
+//! shared by all sequences of a model, which is what lets several sequences
+//! run in one forward pass and forks share their prompt.
 
 pub mod contiguous;
+pub mod paged;
 
 use std::sync::Arc;
 
 pub use contiguous::ContiguousKVCache;
+pub use paged::{PagePool, PageStats, PagedBatchView, PagedKVCache, PoolRegistry};
 
 use crate::error::Result;
 use crate::gpu::{Buffer, Recording};
@@ -35,6 +39,10 @@ pub struct CacheConfig {
     pub kind: CacheKind,
     /// Rows per page (paged caches).
     pub page_size: usize,
+    /// Pages of the model's pool for this page size, if this cache creates
+    /// it (0: enough for max(n_ctx, 16384) positions, within a quarter of
+    /// the device's memory). A pool that exists already keeps its size.
+    pub pool_pages: usize,
     /// Most tokens one forward call stores at once (sizes ring buffers of
     /// sliding-window layers).
     pub max_batch: usize,
@@ -47,7 +55,17 @@ impl CacheConfig {
             n_ctx,
             kind: CacheKind::Contiguous,
             page_size: 256,
+            pool_pages: 0,
             max_batch: 512,
+        }
+    }
+
+    /// A paged cache of `n_ctx` positions in pages of `page_size` rows.
+    pub fn paged(n_ctx: usize, page_size: usize) -> Self {
+        CacheConfig {
+            kind: CacheKind::Paged,
+            page_size,
+            ..CacheConfig::contiguous(n_ctx)
         }
     }
 }
@@ -83,8 +101,19 @@ pub struct AttentionIo<'a> {
     pub opts: AttentionOptions,
 }
 
+/// Something that records one layer's K/V store and attention: a sequence's
+/// cache, or a batch of sequences of one page pool.
+pub trait KvAttention {
+    /// Records the store of this call's K/V rows of layer `il` and the attention
+    /// of its queries over everything the sequence holds up to each query.
+    ///
+    /// # Errors
+    /// Shapes the kernels do not support.
+    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()>;
+}
+
 /// Per-layer K/V storage for one sequence that also records attention over it.
-pub trait KVCache: Send {
+pub trait KVCache: KvAttention + Send {
     /// The implementation.
     fn kind(&self) -> CacheKind;
     /// Positions the cache can hold.
@@ -107,12 +136,20 @@ pub trait KVCache: Send {
     /// # Errors
     /// `n_keep` beyond the current length.
     fn truncate(&mut self, n_keep: usize) -> Result<()>;
-    /// Records the store of this call's K/V rows of layer `il` and the attention
-    /// of its queries over everything the sequence holds up to each query.
+    /// A new cache holding the same positions: a copy of the rows, or for a
+    /// paged cache the same pages, shared until written.
     ///
     /// # Errors
-    /// Shapes the kernels do not support.
-    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()>;
+    /// Out of device memory.
+    fn fork(&self) -> Result<Box<dyn KVCache>>;
+    /// The usage of the page pool behind the cache (`None`: not paged).
+    fn page_stats(&self) -> Option<PageStats> {
+        None
+    }
+    /// The cache as a paged one, if it is.
+    fn as_paged(&self) -> Option<&PagedKVCache> {
+        None
+    }
     /// Bytes of device memory the cache holds.
     fn device_bytes(&self) -> u64;
 }

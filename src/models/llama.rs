@@ -13,7 +13,10 @@ use super::spec::ArchSpec;
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::{Buffer, GpuContext, Recording, upload_new};
-use crate::kv::{AttentionIo, CacheConfig, ContiguousKVCache, KVCache, LayerGeometry};
+use crate::kv::{
+    AttentionIo, CacheConfig, ContiguousKVCache, KVCache, KvAttention, LayerGeometry, PagePool,
+    PagedKVCache, PoolRegistry,
+};
 use crate::ops::View;
 use crate::ops::act_round::{ActRounding, Numerics, record_act_round};
 use crate::ops::attention::{AttentionOptions, AttentionShape};
@@ -61,6 +64,8 @@ pub struct LlamaModel {
     output: Option<QuantWeight>,
     blocks: Vec<Block>,
     numerics: Numerics,
+    /// The KV page pools of paged sessions, one per page size.
+    pools: PoolRegistry,
 }
 
 fn linear(
@@ -178,6 +183,7 @@ impl LlamaModel {
             output,
             blocks,
             numerics: opts.numerics,
+            pools: PoolRegistry::default(),
         })
     }
 
@@ -206,7 +212,7 @@ impl LlamaModel {
         &self,
         rec: &mut Recording,
         s: &Scratch,
-        cache: &dyn KVCache,
+        cache: &dyn KvAttention,
         il: usize,
         n: usize,
     ) -> Result<()> {
@@ -463,10 +469,29 @@ impl GenerativeModel for LlamaModel {
                 cfg.n_ctx,
                 cfg.max_batch,
             )?)),
-            crate::kv::CacheKind::Paged => Err(ModelError::invalid(
-                "kv_kind",
-                "the paged KV cache is not available yet",
-            )),
+            crate::kv::CacheKind::Paged => {
+                let geometry = self.layer_geometry();
+                let pool = self
+                    .pools
+                    .get_or_create(&self.ctx, &geometry, cfg.page_size, || {
+                        if cfg.pool_pages > 0 {
+                            return cfg.pool_pages;
+                        }
+                        let budget = self.ctx.caps().device_local_bytes / 4;
+                        PagePool::pages_for(
+                            &self.ctx,
+                            &geometry,
+                            cfg.page_size,
+                            cfg.n_ctx.max(16384),
+                            budget,
+                        )
+                    })?;
+                Ok(Box::new(PagedKVCache::new(
+                    &pool,
+                    cfg.n_ctx,
+                    cfg.max_batch,
+                )?))
+            }
         }
     }
 
@@ -501,7 +526,7 @@ impl GenerativeModel for LlamaModel {
         &self,
         rec: &mut Recording,
         s: &Scratch,
-        cache: &dyn KVCache,
+        cache: &dyn KvAttention,
         n: usize,
     ) -> Result<()> {
         for il in 0..self.spec.n_layer {
@@ -516,10 +541,11 @@ impl GenerativeModel for LlamaModel {
         s: &Scratch,
         first: usize,
         n: usize,
+        out_row: usize,
     ) -> Result<()> {
-        if n > s.max_logit_rows || first + n > s.max_tokens {
+        if out_row + n > s.max_logit_rows || first + n > s.max_tokens {
             return Err(ModelError::Internal(format!(
-                "logits for rows {first}..{} (scratch: {} tokens, {} logit rows)",
+                "logits for rows {first}..{} into {out_row}.. (scratch: {} tokens, {} logit rows)",
                 first + n,
                 s.max_tokens,
                 s.max_logit_rows
@@ -548,7 +574,7 @@ impl GenerativeModel for LlamaModel {
             None,
             xn,
             n,
-            View::new(&s.logits, self.spec.n_vocab),
+            View::new(&s.logits, self.spec.n_vocab).shift(out_row * self.spec.n_vocab),
             false,
         )
     }

@@ -20,7 +20,7 @@ pub use spec::{ArchSpec, Family, LayerKind};
 
 use crate::error::Result;
 use crate::gpu::{GpuContext, Recording};
-use crate::kv::{CacheConfig, KVCache};
+use crate::kv::{CacheConfig, KVCache, KvAttention};
 
 /// A text-generating model resident on the GPU.
 pub trait GenerativeModel: Send + Sync {
@@ -58,17 +58,23 @@ pub trait GenerativeModel: Send + Sync {
         &self,
         rec: &mut Recording,
         s: &Scratch,
-        cache: &dyn KVCache,
+        cache: &dyn KvAttention,
         n: usize,
     ) -> Result<()>;
 
     /// Records the final norm and output head for rows `first..first + n` of
-    /// `s.x` into rows `0..n` of `s.logits`.
+    /// `s.x` into rows `out_row..out_row + n` of `s.logits`.
     ///
     /// # Errors
     /// More rows than `s.logits` holds.
-    fn record_logits(&self, rec: &mut Recording, s: &Scratch, first: usize, n: usize)
-    -> Result<()>;
+    fn record_logits(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        first: usize,
+        n: usize,
+        out_row: usize,
+    ) -> Result<()>;
 
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
