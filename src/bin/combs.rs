@@ -12,6 +12,8 @@ use combs::ModelError;
 
 #[path = "combs/bench.rs"]
 mod bench;
+#[path = "combs/bench_batch.rs"]
+mod bench_batch;
 #[path = "combs/common.rs"]
 mod common;
 #[path = "combs/info.rs"]

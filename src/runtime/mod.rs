@@ -1,6 +1,8 @@
-//! The runtime: sessions (one sequence each), sampling, and the generation
-//! loop that ties them to a tokenizer.
+//! The runtime: sessions (one sequence each), batched forward passes over
+//! many sessions, sampling, and the generation loop that ties them to a
+//! tokenizer.
 
+pub mod batch;
 pub mod generate;
 pub mod model;
 pub mod perplexity;
@@ -8,6 +10,7 @@ pub mod rng;
 pub mod sampler;
 pub mod session;
 
+pub use batch::BatchRunner;
 pub use generate::{GenerationStats, StopReason, generate};
 pub use model::Model;
 pub use sampler::{Sampler, SamplerOptions};

@@ -3,8 +3,9 @@
 //! created from it; several may share one model.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use super::batch::BatchRunner;
 use super::session::{Session, SessionOptions};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
@@ -37,6 +38,8 @@ pub struct Model {
     weights: Arc<dyn GenerativeModel>,
     tokenizer: Arc<Tokenizer>,
     path: PathBuf,
+    /// Buffers and recorded steps of batched calls (one batch at a time).
+    batch: Mutex<Option<BatchRunner>>,
 }
 
 impl Model {
@@ -69,6 +72,7 @@ impl Model {
             weights,
             tokenizer: Arc::new(tokenizer),
             path: path.to_path_buf(),
+            batch: Mutex::new(None),
         })
     }
 
@@ -98,5 +102,30 @@ impl Model {
     /// Out of device memory or invalid options.
     pub fn new_session(&self, opts: &SessionOptions) -> Result<Session> {
         Session::new(self.weights.clone(), opts)
+    }
+
+    /// Evaluates `tokens[i]` after what `sessions[i]` holds for every session
+    /// in one forward pass (see [`BatchRunner::decode`]). The sessions must be
+    /// paged sessions of this model with one page size.
+    ///
+    /// # Errors
+    /// As [`BatchRunner::decode`].
+    pub fn decode_batch(&self, sessions: &mut [&mut Session], tokens: &[u32]) -> Result<()> {
+        self.with_batch(|b| b.decode(sessions, tokens))
+    }
+
+    /// Evaluates `prompts[i]` after what `sessions[i]` holds, the prompts
+    /// packed into shared forward passes (see [`BatchRunner::prefill`]).
+    ///
+    /// # Errors
+    /// As [`BatchRunner::decode`].
+    pub fn prefill_batch(&self, sessions: &mut [&mut Session], prompts: &[&[u32]]) -> Result<()> {
+        self.with_batch(|b| b.prefill(sessions, prompts))
+    }
+
+    fn with_batch<T>(&self, f: impl FnOnce(&mut BatchRunner) -> Result<T>) -> Result<T> {
+        let mut guard = self.batch.lock().unwrap_or_else(|p| p.into_inner());
+        let runner = guard.get_or_insert_with(|| BatchRunner::new(self.weights.clone()));
+        f(runner)
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
 use crate::gpu::Recording;
-use crate::kv::{CacheConfig, CacheKind, KVCache};
+use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
 use crate::models::{GenerativeModel, Scratch};
 
 /// Options of a session (the C API's `combs_session_options`).
@@ -20,6 +20,9 @@ pub struct SessionOptions {
     pub kv_kind: CacheKind,
     /// Rows per page of a paged cache.
     pub page_size: usize,
+    /// Pages of the model's pool for `page_size` when this session creates
+    /// it (0: derived, see [`CacheConfig::pool_pages`]).
+    pub pool_pages: usize,
     /// Most prompt tokens per forward call.
     pub n_batch: usize,
     /// Logit rows one forward call can return at once: 1 for generation; up
@@ -33,6 +36,7 @@ impl Default for SessionOptions {
             n_ctx: 0,
             kv_kind: CacheKind::Contiguous,
             page_size: 256,
+            pool_pages: 0,
             n_batch: 512,
             n_logit_rows: 1,
         }
@@ -76,6 +80,7 @@ impl Session {
             n_ctx,
             kind: opts.kv_kind,
             page_size: opts.page_size,
+            pool_pages: opts.pool_pages,
             max_batch: n_batch,
         })?;
         let scratch = model.create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))?;
@@ -125,7 +130,51 @@ impl Session {
         self.cache.device_bytes()
     }
 
-    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+    /// Usage of the page pool of a paged session (`None` for a contiguous one).
+    pub fn page_stats(&self) -> Option<PageStats> {
+        self.cache.page_stats()
+    }
+
+    /// A new session holding the same tokens and logits. A paged session's
+    /// fork shares its pages (each is copied only when one of the two writes
+    /// into it); a contiguous one copies its cache.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn fork(&self) -> Result<Session> {
+        let scratch = self
+            .model
+            .create_scratch(self.n_batch, self.scratch.max_logit_rows)?;
+        Ok(Session {
+            model: self.model.clone(),
+            cache: self.cache.fork()?,
+            scratch,
+            decode_step: None,
+            tokens: self.tokens.clone(),
+            logits: self.logits.clone(),
+            n_batch: self.n_batch,
+        })
+    }
+
+    /// The KV cache.
+    pub(crate) fn cache(&self) -> &dyn KVCache {
+        self.cache.as_ref()
+    }
+
+    /// The KV cache, to reserve and commit positions in a batched call.
+    pub(crate) fn cache_mut(&mut self) -> &mut dyn KVCache {
+        self.cache.as_mut()
+    }
+
+    /// Takes the outcome of a batched forward call: `tokens` were evaluated
+    /// (their positions already committed to the cache) and `logits` are
+    /// those of the last one.
+    pub(crate) fn accept_batch(&mut self, tokens: &[u32], logits: &[f32]) {
+        self.tokens.extend_from_slice(tokens);
+        self.logits.copy_from_slice(logits);
+    }
+
+    pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         let n_vocab = self.model.spec().n_vocab;
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(ModelError::TokenOutOfRange {
@@ -150,15 +199,7 @@ impl Session {
     }
 
     fn read_logits(&self, row: usize, out: &mut [f32]) -> Result<()> {
-        let n_vocab = self.model.spec().n_vocab;
-        self.scratch
-            .logits
-            .read_slice((row * n_vocab * 4) as u64, out)?;
-        let cap = self.model.spec().final_softcap;
-        if cap > 0.0 {
-            out.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-        }
-        Ok(())
+        read_logit_row(self.model.as_ref(), &self.scratch, row, out)
     }
 
     /// Evaluates `tokens` after what the session holds; afterwards
@@ -168,8 +209,23 @@ impl Session {
     /// Token out of range or context full (nothing is evaluated then), or a device error.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
         self.check_tokens(tokens)?;
+        let start = self.tokens.len();
+        let multi = tokens.len() > self.n_batch;
+        let saved = if multi {
+            self.logits.clone()
+        } else {
+            Vec::new()
+        };
         for chunk in tokens.chunks(self.n_batch) {
-            self.forward_chunk(chunk, None)?;
+            if let Err(e) = self.forward_chunk(chunk, None) {
+                // A prompt is evaluated whole or not at all (e.g. when the
+                // page pool runs out part way through a long one).
+                if multi {
+                    let _ = self.rewind(start);
+                    self.logits = saved;
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -205,7 +261,7 @@ impl Session {
         match all_logits {
             None => {
                 self.model
-                    .record_logits(&mut rec, &self.scratch, n - 1, 1)?;
+                    .record_logits(&mut rec, &self.scratch, n - 1, 1, 0)?;
                 rec.finish()?;
                 rec.submit_and_wait()?;
                 let mut l = std::mem::take(&mut self.logits);
@@ -223,7 +279,7 @@ impl Session {
                     let rows = rows_per_call.min(n - first);
                     let mut r = Recording::new(&ctx, false)?;
                     self.model
-                        .record_logits(&mut r, &self.scratch, first, rows)?;
+                        .record_logits(&mut r, &self.scratch, first, rows, 0)?;
                     r.finish()?;
                     r.submit_and_wait()?;
                     for i in 0..rows {
@@ -255,7 +311,7 @@ impl Session {
             self.model.record_embed(&mut rec, &self.scratch, 1)?;
             self.model
                 .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
-            self.model.record_logits(&mut rec, &self.scratch, 0, 1)?;
+            self.model.record_logits(&mut rec, &self.scratch, 0, 1, 0)?;
             rec.finish()?;
             self.decode_step = Some(rec);
         }
@@ -292,4 +348,23 @@ impl Session {
     pub fn clear(&mut self) {
         let _ = self.rewind(0);
     }
+}
+
+/// Reads row `row` of `s.logits` into `out`, applying the model's final soft-cap.
+///
+/// # Errors
+/// A row outside the buffer.
+pub(crate) fn read_logit_row(
+    model: &dyn GenerativeModel,
+    s: &Scratch,
+    row: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let n_vocab = model.spec().n_vocab;
+    s.logits.read_slice((row * n_vocab * 4) as u64, out)?;
+    let cap = model.spec().final_softcap;
+    if cap > 0.0 {
+        out.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+    }
+    Ok(())
 }

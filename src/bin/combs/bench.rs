@@ -1,12 +1,15 @@
 //! `combs bench`: llama-bench style speed of a model — prefill of `-p`
 //! tokens and decode of `-n` tokens from an empty context, repeated after a
 //! warm-up, reported as median tokens/s with the spread; `--profile` adds GPU
-//! time per kernel family from timestamp queries; `--json` prints one object.
+//! time per kernel family from timestamp queries; `--batch 1,4,16` adds the
+//! aggregate decode speed of that many sequences decoded together; `--json`
+//! prints one object.
 
 use std::io::Write;
 use std::time::Instant;
 
 use clap::Args;
+use combs::ModelError;
 use combs::gpu::Recording;
 use combs::kv::CacheConfig;
 use combs::runtime::SessionOptions;
@@ -34,6 +37,10 @@ pub struct BenchArgs {
     /// Also report GPU time per kernel family.
     #[arg(long)]
     profile: bool,
+    /// Also decode this many sequences together (comma-separated batch
+    /// sizes), reporting aggregate tokens/s for `-n` steps.
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
 }
 
 /// Median and sample standard deviation.
@@ -60,7 +67,12 @@ fn stats(v: &[f64]) -> (f64, f64) {
 
 /// Deterministic pseudo-random token ids below `n_vocab`.
 fn tokens(n: usize, n_vocab: usize) -> Vec<u32> {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    tokens_seeded(n, n_vocab, 0)
+}
+
+/// [`tokens`] from another starting point.
+fn tokens_seeded(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (0..n)
         .map(|_| {
             x ^= x << 13;
@@ -109,6 +121,16 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let (pp_med, pp_sd) = stats(&pp);
     let (tg_med, tg_sd) = stats(&tg);
+    if args.batch.contains(&0) {
+        return Err(ModelError::invalid("--batch", "sizes must be positive").into());
+    }
+    let batches = if args.batch.is_empty() || args.n_gen == 0 {
+        Vec::new()
+    } else {
+        super::bench_batch::run(&model, &args.batch, args.n_gen, args.reps, |n, seed| {
+            tokens_seeded(n, spec.n_vocab, seed + 1)
+        })?
+    };
     let profiles = if args.profile {
         profile(&ctx, &model, args.n_prompt.max(1))?
     } else {
@@ -131,18 +153,29 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 format!("{{\"tokens\":{shape},\"kernels\":[{}]}}", r.join(","))
             })
             .collect();
+        let batch: Vec<String> = batches
+            .iter()
+            .map(|b| {
+                let (med, sd) = stats(&b.samples);
+                format!(
+                    "{{\"batch\":{},\"n\":{},\"tps\":{med:.2},\"sd\":{sd:.2},\"samples\":{:?}}}",
+                    b.batch, args.n_gen, b.samples
+                )
+            })
+            .collect();
         writeln!(
             out,
             "{{\"model\":\"{name}\",\"arch\":\"{}\",\"device\":\"{}\",\"weights_bytes\":{bytes},\
              \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
              \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
-             \"profile\":[{}]}}",
+             \"batch\":[{}],\"profile\":[{}]}}",
             spec.arch,
             ctx.caps().name,
             args.n_prompt,
             pp,
             args.n_gen,
             tg,
+            batch.join(","),
             prof.join(",")
         )?;
         return Ok(());
@@ -169,6 +202,25 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "| tg{:<4} | {tg_med:>8.1} ± {tg_sd:<4.1} |",
             args.n_gen
         )?;
+    }
+    if !batches.is_empty() {
+        writeln!(
+            out,
+            "\nbatched decode ({} prompt tokens each, then -n {} steps of all sequences):",
+            super::bench_batch::BATCH_PROMPT,
+            args.n_gen
+        )?;
+        writeln!(out, "| batch | aggregate t/s    | t/s per sequence |")?;
+        writeln!(out, "| ----- | ---------------- | ---------------- |")?;
+        for b in &batches {
+            let (med, sd) = stats(&b.samples);
+            writeln!(
+                out,
+                "| {:>5} | {med:>9.1} ± {sd:<5.1} | {:>16.1} |",
+                b.batch,
+                med / b.batch as f64
+            )?;
+        }
     }
     for (shape, rows) in &profiles {
         writeln!(
@@ -211,7 +263,7 @@ fn profile(
         let mut rec = Recording::new(ctx, true)?;
         w.record_embed(&mut rec, &scratch, n)?;
         w.record_blocks(&mut rec, &scratch, cache.as_ref(), n)?;
-        w.record_logits(&mut rec, &scratch, n - 1, 1)?;
+        w.record_logits(&mut rec, &scratch, n - 1, 1, 0)?;
         rec.finish()?;
         rec.submit_and_wait()?;
         rec.submit_and_wait()?;

@@ -1,0 +1,322 @@
+//! `BatchRunner`: several sessions of one model evaluated in one forward pass.
+//! Their tokens go through every linear layer together (one read of the
+//! weights serves all sequences: matrix-vector products become skinny
+//! matrix-matrix products), and attention reads each token's keys through its
+//! own sequence's page table. Sessions must be paged and share one page pool.
+//!
+//! A decode step of N sequences is recorded once per N and replayed: token
+//! ids, positions, page tables and table offsets are read from host-visible
+//! buffers the runner rewrites before each submission.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::session::{Session, read_logit_row};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Buffer, MemoryKind, Recording};
+use crate::kv::{PagePool, PagedBatchView};
+use crate::models::{GenerativeModel, Scratch};
+
+/// Most tokens one batched forward pass carries (longer prompts are split).
+const MAX_PASS_TOKENS: usize = 512;
+
+/// One session's share of a forward pass: tokens `start..start + len` of its list.
+#[derive(Clone, Copy)]
+struct Segment {
+    session: usize,
+    start: usize,
+    len: usize,
+}
+
+/// Buffers and recorded decode steps for batched calls on one model.
+pub struct BatchRunner {
+    model: Arc<dyn GenerativeModel>,
+    scratch: Option<Scratch>,
+    /// The page tables of a pass's sequences, one after the other (i32).
+    page_table: Option<Arc<Buffer>>,
+    /// Per token, the start of its sequence's table in `page_table` (i32).
+    seq_base: Option<Arc<Buffer>>,
+    /// Recorded decode steps by number of sequences, valid for `pool` and
+    /// the buffers above.
+    steps: HashMap<usize, Recording>,
+    pool: Option<Arc<PagePool>>,
+}
+
+impl BatchRunner {
+    /// A runner for sessions of `model`; buffers are made on first use.
+    pub fn new(model: Arc<dyn GenerativeModel>) -> Self {
+        BatchRunner {
+            model,
+            scratch: None,
+            page_table: None,
+            seq_base: None,
+            steps: HashMap::new(),
+            pool: None,
+        }
+    }
+
+    /// Evaluates `tokens[i]` after what `sessions[i]` holds, for all sessions
+    /// in one forward pass (several when there are more sessions than one
+    /// pass takes). Afterwards each session's logits are those of its token.
+    ///
+    /// # Errors
+    /// Sessions of another model, not paged, or on different pools; a token
+    /// out of range or a full context (nothing is evaluated then); an
+    /// exhausted page pool (no session changes); device errors.
+    pub fn decode(&mut self, sessions: &mut [&mut Session], tokens: &[u32]) -> Result<()> {
+        if sessions.len() != tokens.len() {
+            return Err(ModelError::invalid(
+                "tokens",
+                format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
+            ));
+        }
+        let lists: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+        self.run(sessions, &lists)
+    }
+
+    /// Evaluates `prompts[i]` after what `sessions[i]` holds, packing the
+    /// prompts into as few forward passes as fit. Afterwards each session's
+    /// logits are those of its prompt's last token. Empty prompts leave their
+    /// session as it was.
+    ///
+    /// # Errors
+    /// As [`BatchRunner::decode`].
+    pub fn prefill(&mut self, sessions: &mut [&mut Session], prompts: &[&[u32]]) -> Result<()> {
+        if sessions.len() != prompts.len() {
+            return Err(ModelError::invalid(
+                "prompts",
+                format!("{} prompts for {} sessions", prompts.len(), sessions.len()),
+            ));
+        }
+        self.run(sessions, prompts)
+    }
+
+    fn check(&self, sessions: &[&mut Session], lists: &[&[u32]]) -> Result<Arc<PagePool>> {
+        let mut pool: Option<Arc<PagePool>> = None;
+        for (i, (s, list)) in sessions.iter().zip(lists).enumerate() {
+            let at = |e: ModelError| e.context(format!("session {i} of the batch"));
+            if !Arc::ptr_eq(s.model(), &self.model) {
+                return Err(at(ModelError::invalid(
+                    "sessions",
+                    "belongs to another model",
+                )));
+            }
+            let paged = s.cache().as_paged().ok_or_else(|| {
+                at(ModelError::invalid(
+                    "sessions",
+                    "has a contiguous KV cache; batched calls need paged sessions",
+                ))
+            })?;
+            match &pool {
+                None => pool = Some(paged.pool().clone()),
+                Some(p) if !Arc::ptr_eq(p, paged.pool()) => {
+                    return Err(at(ModelError::invalid(
+                        "sessions",
+                        "uses another page pool (page size) than session 0",
+                    )));
+                }
+                Some(_) => {}
+            }
+            s.check_tokens(list).map_err(at)?;
+        }
+        pool.ok_or_else(|| ModelError::invalid("sessions", "no sessions given"))
+    }
+
+    fn run(&mut self, sessions: &mut [&mut Session], lists: &[&[u32]]) -> Result<()> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let pool = self.check(sessions, lists)?;
+        if !self.pool.as_ref().is_some_and(|p| Arc::ptr_eq(p, &pool)) {
+            self.steps.clear();
+            self.pool = Some(pool.clone());
+        }
+        let rows_cap = self.logit_rows_cap()?;
+        let mut done = vec![0usize; lists.len()];
+        loop {
+            // Pack the next pass: sessions in order, each with as much of its
+            // remaining list as still fits.
+            let mut segs = Vec::new();
+            let mut n_tok = 0;
+            for (i, list) in lists.iter().enumerate() {
+                let left = list.len() - done[i];
+                if left == 0 || n_tok == MAX_PASS_TOKENS || segs.len() == rows_cap {
+                    continue;
+                }
+                let len = left.min(MAX_PASS_TOKENS - n_tok);
+                segs.push(Segment {
+                    session: i,
+                    start: done[i],
+                    len,
+                });
+                n_tok += len;
+            }
+            if segs.is_empty() {
+                return Ok(());
+            }
+            self.pass(sessions, lists, &segs, &pool)?;
+            for sg in &segs {
+                done[sg.session] += sg.len;
+            }
+        }
+    }
+
+    /// Logit rows one pass may produce: bounded by a descriptor's range.
+    fn logit_rows_cap(&self) -> Result<usize> {
+        let ctx = self.model.context();
+        let row = 4 * self.model.spec().n_vocab as u64;
+        let cap = (ctx.caps().max_binding_bytes(4) / row) as usize;
+        if cap == 0 {
+            return Err(ModelError::Internal("a logit row exceeds a binding".into()));
+        }
+        Ok(cap.min(MAX_PASS_TOKENS))
+    }
+
+    /// Grows the scratch and tables to hold `n_tok` tokens, `n_rows` logit
+    /// rows and `n_pages` table entries; growth drops the recorded steps.
+    fn ensure(&mut self, n_tok: usize, n_rows: usize, n_pages: usize) -> Result<()> {
+        let ctx = self.model.context().clone();
+        let fits = self
+            .scratch
+            .as_ref()
+            .is_some_and(|s| s.max_tokens >= n_tok && s.max_logit_rows >= n_rows);
+        if !fits {
+            self.steps.clear();
+            self.scratch = None;
+            let tok = n_tok.next_power_of_two().clamp(16, MAX_PASS_TOKENS);
+            let rows = n_rows.next_power_of_two().clamp(16, self.logit_rows_cap()?);
+            self.scratch = Some(
+                self.model
+                    .create_scratch(tok.max(n_tok), rows.max(n_rows))?,
+            );
+            self.seq_base = Some(Buffer::new(
+                &ctx,
+                4 * tok.max(n_tok) as u64,
+                MemoryKind::Upload,
+                "batch seq base",
+            )?);
+        }
+        if self
+            .page_table
+            .as_ref()
+            .is_none_or(|b| (b.size() / 4) < n_pages as u64)
+        {
+            self.steps.clear();
+            let cap = n_pages.next_power_of_two().max(64);
+            self.page_table = Some(Buffer::new(
+                &ctx,
+                4 * cap as u64,
+                MemoryKind::Upload,
+                "batch page table",
+            )?);
+        }
+        Ok(())
+    }
+
+    fn pass(
+        &mut self,
+        sessions: &mut [&mut Session],
+        lists: &[&[u32]],
+        segs: &[Segment],
+        pool: &Arc<PagePool>,
+    ) -> Result<()> {
+        // Reserve every sequence's positions first, all or none.
+        for (k, sg) in segs.iter().enumerate() {
+            if let Err(e) = sessions[sg.session].cache_mut().reserve(sg.len) {
+                for undo in &segs[..=k] {
+                    let c = sessions[undo.session].cache_mut();
+                    let len = c.len();
+                    // Gives back the pages the reservation took.
+                    c.truncate(len)?;
+                }
+                return Err(e.context(format!("session {} of the batch", sg.session)));
+            }
+        }
+        let n_tok: usize = segs.iter().map(|s| s.len).sum();
+        let mut ids = Vec::with_capacity(n_tok);
+        let mut pos = Vec::with_capacity(n_tok);
+        let mut base = Vec::with_capacity(n_tok);
+        let mut table: Vec<u32> = Vec::new();
+        for sg in segs {
+            let s = &sessions[sg.session];
+            let pages = s
+                .cache()
+                .as_paged()
+                .map(|p| p.pages())
+                .ok_or_else(|| ModelError::Internal("batched session lost its pages".into()))?;
+            let b = i32::try_from(table.len())
+                .map_err(|_| ModelError::Internal("page table too long".into()))?;
+            table.extend_from_slice(pages);
+            let p0 = s.len();
+            for (j, &t) in lists[sg.session][sg.start..sg.start + sg.len]
+                .iter()
+                .enumerate()
+            {
+                ids.push(t as i32);
+                pos.push((p0 + j) as i32);
+                base.push(b);
+            }
+        }
+        self.ensure(n_tok, segs.len(), table.len())?;
+        let (Some(scratch), Some(page_table), Some(seq_base)) =
+            (&self.scratch, &self.page_table, &self.seq_base)
+        else {
+            return Err(ModelError::Internal("batch buffers missing".into()));
+        };
+        scratch.ids.write_slice(0, &ids)?;
+        scratch.positions.write_slice(0, &pos)?;
+        seq_base.write_slice(0, &base)?;
+        page_table.write_slice(0, &table)?;
+
+        let view = PagedBatchView {
+            pool,
+            page_table,
+            seq_base,
+        };
+        let decode = segs.iter().all(|s| s.len == 1);
+        let model = self.model.clone();
+        let record = |rec: &mut Recording| -> Result<()> {
+            model.record_embed(rec, scratch, n_tok)?;
+            model.record_blocks(rec, scratch, &view, n_tok)?;
+            if decode {
+                model.record_logits(rec, scratch, 0, n_tok, 0)
+            } else {
+                let mut last = 0;
+                for (k, sg) in segs.iter().enumerate() {
+                    last += sg.len;
+                    model.record_logits(rec, scratch, last - 1, 1, k)?;
+                }
+                Ok(())
+            }
+        };
+        if decode {
+            let step = match self.steps.entry(n_tok) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let mut rec = Recording::new(model.context(), false)?;
+                    record(&mut rec)?;
+                    rec.finish()?;
+                    e.insert(rec)
+                }
+            };
+            step.submit_and_wait()?;
+        } else {
+            let mut rec = Recording::new(model.context(), false)?;
+            record(&mut rec)?;
+            rec.finish()?;
+            rec.submit_and_wait()?;
+        }
+        let scratch = self
+            .scratch
+            .as_ref()
+            .ok_or_else(|| ModelError::Internal("batch scratch missing".into()))?;
+        let mut row = vec![0.0f32; model.spec().n_vocab];
+        for (k, sg) in segs.iter().enumerate() {
+            read_logit_row(model.as_ref(), scratch, k, &mut row)?;
+            let s = &mut sessions[sg.session];
+            s.cache_mut().commit(sg.len);
+            s.accept_batch(&lists[sg.session][sg.start..sg.start + sg.len], &row);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,373 @@
+//! The paged KV cache and batched forward passes on tiny random-weight
+//! models (the project's GGUF writer): fast enough to cover page sizes,
+//! page boundaries, forks, pool exhaustion and batches of mixed lengths in
+//! detail. Each test loads its own model, so its page pools start empty.
+//! The real-model checks (SmolLM2) are in tests/kv_paged_smollm2.rs.
+
+mod common;
+
+use std::sync::Arc;
+
+use combs::ModelError;
+use combs::formats::gguf::GgufFile;
+use combs::kv::{CacheKind, PageStats};
+use combs::models::synth::{SynthConfig, synth_gguf};
+use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
+use combs::quant::QuantType;
+use combs::runtime::{BatchRunner, Session, SessionOptions};
+use common::{Rng, gpu};
+
+fn tiny_model(seed: u64) -> Arc<dyn GenerativeModel> {
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.arch = "llama".into();
+    cfg.seed = seed;
+    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
+    ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .expect("load")
+}
+
+fn contiguous(model: &Arc<dyn GenerativeModel>, n_ctx: usize) -> Session {
+    Session::new(
+        model.clone(),
+        &SessionOptions {
+            n_ctx,
+            n_batch: 64,
+            ..Default::default()
+        },
+    )
+    .expect("contiguous session")
+}
+
+fn paged(
+    model: &Arc<dyn GenerativeModel>,
+    n_ctx: usize,
+    page_size: usize,
+    pool_pages: usize,
+) -> Session {
+    Session::new(
+        model.clone(),
+        &SessionOptions {
+            n_ctx,
+            kv_kind: CacheKind::Paged,
+            page_size,
+            pool_pages,
+            n_batch: 64,
+            ..Default::default()
+        },
+    )
+    .expect("paged session")
+}
+
+fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(n_vocab) as u32).collect()
+}
+
+/// Largest |a - b| over the row, relative to the row's largest |b| (at least 1).
+fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+        / scale
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in l.iter().enumerate() {
+        if v > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn paged_matches_contiguous_across_page_sizes() {
+    let mut rng = Rng::fresh("paged_vs_contiguous");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    for prompt_len in [5, 23, 64] {
+        let prompt = tokens(&mut rng, prompt_len, n_vocab);
+        let mut want = contiguous(&model, 128);
+        want.prefill(&prompt).expect("prefill");
+        let mut steps = vec![want.logits().to_vec()];
+        for _ in 0..12 {
+            let t = argmax(want.logits());
+            want.decode(t).expect("decode");
+            steps.push(want.logits().to_vec());
+        }
+        for page_size in [1, 3, 16, 64] {
+            let mut s = paged(&model, 128, page_size, 0);
+            s.prefill(&prompt).expect("paged prefill");
+            for (i, w) in steps.iter().enumerate() {
+                let d = rel_diff(s.logits(), w);
+                assert!(
+                    d <= 1e-6,
+                    "prompt {prompt_len}, page size {page_size}, step {i}: differs by {d}"
+                );
+                if i + 1 < steps.len() {
+                    s.decode(argmax(w)).expect("paged decode");
+                }
+            }
+            let st = s.page_stats().expect("paged stats");
+            assert_eq!(st.pages_used, s.len().div_ceil(page_size));
+            assert_eq!(st.tokens, s.len());
+        }
+    }
+}
+
+#[test]
+fn batched_decode_matches_sessions_alone() {
+    let mut rng = Rng::fresh("batched_decode");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    let lens = [1usize, 7, 16, 17, 31, 40, 3, 25];
+    let prompts: Vec<Vec<u32>> = lens.iter().map(|&n| tokens(&mut rng, n, n_vocab)).collect();
+    let steps = 6;
+
+    // Each alone, greedy.
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut s = contiguous(&model, 64);
+        s.prefill(p).expect("prefill");
+        let mut rows = vec![s.logits().to_vec()];
+        for _ in 0..steps {
+            s.decode(argmax(s.logits())).expect("decode");
+            rows.push(s.logits().to_vec());
+        }
+        alone.push(rows);
+    }
+
+    // Together: the prompts in one batched prefill, then batched decode steps.
+    let mut sessions: Vec<Session> = prompts.iter().map(|_| paged(&model, 64, 16, 0)).collect();
+    let mut runner = BatchRunner::new(model.clone());
+    {
+        let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        runner.prefill(&mut refs, &views).expect("batched prefill");
+    }
+    for step in 0..=steps {
+        let mut next = Vec::new();
+        for (s, rows) in sessions.iter().zip(&alone) {
+            let i = next.len();
+            let d = rel_diff(s.logits(), &rows[step]);
+            assert!(d <= 1e-3, "session {i} step {step}: differs by {d}");
+            let t = argmax(s.logits());
+            assert_eq!(
+                t,
+                argmax(&alone[i][step]),
+                "session {i} step {step}: greedy token"
+            );
+            next.push(t);
+        }
+        if step < steps {
+            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+            runner.decode(&mut refs, &next).expect("batched decode");
+        }
+    }
+    for (s, &n) in sessions.iter().zip(&lens) {
+        assert_eq!(s.len(), n + steps);
+    }
+    // A smaller batch after a larger one (its own recorded step).
+    let mut refs: Vec<&mut Session> = sessions.iter_mut().take(3).collect();
+    runner.decode(&mut refs, &[1, 2, 3]).expect("batch of 3");
+}
+
+#[test]
+fn forks_share_the_prompt_and_continue_on_their_own() {
+    let mut rng = Rng::fresh("forks");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    let page = 16;
+    let prompt = tokens(&mut rng, 45, n_vocab); // 2 full pages and a partial one
+    let mut parent = paged(&model, 128, page, 0);
+    let start = {
+        let st = parent.page_stats().expect("stats");
+        PageStats {
+            sequences: st.sequences - 1,
+            ..st
+        }
+    };
+    parent.prefill(&prompt).expect("prefill");
+    let mut forks: Vec<Session> = (0..8).map(|_| parent.fork().expect("fork")).collect();
+    let st = parent.page_stats().expect("stats");
+    assert_eq!(st.pages_used, 3, "forks share the prompt's pages: {st:?}");
+    assert_eq!(st.sequences, 9);
+    assert_eq!(st.tokens, 9 * 45);
+
+    // Each fork continues with its own token, then greedily, crossing into a fourth page.
+    let firsts: Vec<u32> = (0..8).map(|_| rng.below(n_vocab) as u32).collect();
+    let mut runner = BatchRunner::new(model.clone());
+    {
+        let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
+        runner.decode(&mut refs, &firsts).expect("first tokens");
+    }
+    for _ in 0..5 {
+        let next: Vec<u32> = forks.iter().map(|s| argmax(s.logits())).collect();
+        let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
+        runner.decode(&mut refs, &next).expect("continue");
+    }
+    // Positions 45..50: each fork copied the shared partial page (45..47)
+    // once and took a fourth page for 48..50; the two full pages stay shared.
+    let st = parent.page_stats().expect("stats");
+    assert_eq!(st.pages_used, 3 + 8 * 2, "{st:?}");
+
+    // Each fork equals a session that evaluated the same tokens itself.
+    for (f, &first) in forks.iter().zip(&firsts) {
+        let mut want = contiguous(&model, 128);
+        want.prefill(&prompt).expect("prefill");
+        want.prefill(&f.tokens()[45..]).expect("continuation");
+        assert_eq!(f.tokens()[45], first);
+        let d = rel_diff(f.logits(), want.logits());
+        assert!(d <= 1e-3, "fork differs by {d}");
+    }
+    // The parent was not disturbed by its forks' writes.
+    let mut want = contiguous(&model, 128);
+    want.prefill(&prompt).expect("prefill");
+    parent.decode(7).expect("parent decode");
+    want.decode(7).expect("decode");
+    assert!(rel_diff(parent.logits(), want.logits()) <= 1e-6);
+
+    drop(forks);
+    drop(parent);
+    let probe = paged(&model, 128, page, 0);
+    let end = probe.page_stats().expect("stats");
+    assert_eq!(
+        PageStats {
+            sequences: end.sequences - 1,
+            ..end
+        },
+        start
+    );
+}
+
+#[test]
+fn rewind_returns_pages_and_fork_of_fork_works() {
+    let mut rng = Rng::fresh("rewind_pages");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    let mut s = paged(&model, 128, 8, 0);
+    s.prefill(&tokens(&mut rng, 40, n_vocab)).expect("prefill");
+    assert_eq!(s.page_stats().expect("stats").pages_used, 5);
+    s.rewind(9).expect("rewind");
+    assert_eq!(s.page_stats().expect("stats").pages_used, 2);
+    // A fork of a rewound session, and a fork of that fork, write into the shared page.
+    let mut a = s.fork().expect("fork");
+    let mut b = a.fork().expect("fork of fork");
+    a.decode(3).expect("a");
+    b.decode(4).expect("b");
+    s.decode(5).expect("s");
+    assert_eq!(s.page_stats().expect("stats").pages_used, 1 + 3);
+    let mut want = contiguous(&model, 128);
+    want.prefill(&s.tokens()[..9]).expect("prefix");
+    want.decode(4).expect("b's token");
+    assert!(rel_diff(b.logits(), want.logits()) <= 1e-6);
+}
+
+#[test]
+fn exhausted_pool_is_a_clean_error_and_pages_come_back() {
+    let mut rng = Rng::fresh("exhaust");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    // 6 pages of 8 rows for the whole model.
+    let mut a = paged(&model, 64, 8, 6);
+    let start = a.page_stats().expect("stats");
+    assert_eq!(start.pages_total, 6);
+    assert_eq!(start.pages_free, 6);
+    a.prefill(&tokens(&mut rng, 30, n_vocab)).expect("4 pages");
+    let mut b = paged(&model, 64, 8, 0);
+    let before = b.page_stats().expect("stats");
+    let err = b
+        .prefill(&tokens(&mut rng, 20, n_vocab))
+        .expect_err("3 pages needed, 2 free");
+    assert!(
+        matches!(err.root(), ModelError::PoolExhausted { .. }),
+        "{err}"
+    );
+    assert_eq!(b.len(), 0);
+    assert_eq!(
+        b.page_stats().expect("stats"),
+        before,
+        "failure took no page"
+    );
+    // Both sessions still work.
+    b.prefill(&tokens(&mut rng, 9, n_vocab))
+        .expect("2 pages fit");
+    a.decode(1).expect("a continues in its partial page");
+    a.decode(2).expect("a fills its page");
+    assert_eq!(a.len(), 32);
+
+    // A batched step needing a page for each of a and b: none left.
+    b.rewind(8).expect("b at a page boundary");
+    let mut c = paged(&model, 64, 8, 0);
+    c.prefill(&tokens(&mut rng, 8, n_vocab))
+        .expect("the last page");
+    assert_eq!(c.page_stats().expect("stats").pages_free, 0);
+    let lens = (a.len(), b.len(), c.len());
+    let snapshot = c.page_stats().expect("stats");
+    let mut runner = BatchRunner::new(model.clone());
+    let err = runner
+        .decode(&mut [&mut a, &mut b, &mut c], &[1, 2, 3])
+        .expect_err("no free page");
+    assert!(
+        matches!(err.root(), ModelError::PoolExhausted { .. }),
+        "{err}"
+    );
+    assert_eq!((a.len(), b.len(), c.len()), lens, "no session changed");
+    assert_eq!(c.page_stats().expect("stats"), snapshot);
+
+    // Free everything, fill again, free again.
+    drop((a, b, c));
+    for _ in 0..2 {
+        let mut ss: Vec<Session> = (0..3).map(|_| paged(&model, 64, 8, 0)).collect();
+        for s in &mut ss {
+            s.prefill(&tokens(&mut rng, 16, n_vocab))
+                .expect("2 pages each");
+        }
+        assert_eq!(ss[0].page_stats().expect("stats").pages_free, 0);
+        drop(ss);
+        let probe = paged(&model, 64, 8, 0);
+        let st = probe.page_stats().expect("stats");
+        assert_eq!(st.pages_free, 6);
+        assert_eq!(st.tokens, 0);
+        assert_eq!(st.sequences, 1);
+    }
+}
+
+#[test]
+fn batches_need_paged_sessions_of_one_pool_and_model() {
+    let mut rng = Rng::fresh("batch_errors");
+    let model = tiny_model(rng.next_u64());
+    let other = tiny_model(rng.next_u64());
+    let mut runner = BatchRunner::new(model.clone());
+    let mut p = paged(&model, 32, 16, 0);
+    let mut c = contiguous(&model, 32);
+    let err = runner
+        .decode(&mut [&mut p, &mut c], &[1, 2])
+        .expect_err("contiguous");
+    assert!(err.to_string().contains("contiguous"), "{err}");
+    let mut q = paged(&model, 32, 8, 0);
+    let err = runner
+        .decode(&mut [&mut p, &mut q], &[1, 2])
+        .expect_err("two pools");
+    assert!(err.to_string().contains("page pool"), "{err}");
+    let mut o = paged(&other, 32, 16, 0);
+    let err = runner
+        .decode(&mut [&mut p, &mut o], &[1, 2])
+        .expect_err("other model");
+    assert!(err.to_string().contains("another model"), "{err}");
+    let n_vocab = model.spec().n_vocab as u32;
+    let err = runner
+        .decode(&mut [&mut p], &[n_vocab])
+        .expect_err("token range");
+    assert!(
+        matches!(err.root(), ModelError::TokenOutOfRange { .. }),
+        "{err}"
+    );
+    let err = runner.decode(&mut [&mut p], &[1, 2]).expect_err("count");
+    assert!(matches!(err, ModelError::InvalidArgument { .. }), "{err}");
+    assert_eq!(p.len(), 0);
+    runner.decode(&mut [&mut p], &[1]).expect("a batch of one");
+    assert_eq!(p.len(), 1);
+}
