@@ -45,8 +45,9 @@ typedef enum combs_numerics {
 typedef enum combs_kv_kind {
   // One contiguous block of `n_ctx` rows per layer.
   COMBS_KV_CONTIGUOUS = 0,
-  // Fixed-size pages from a pool (needed by `combs_batch_decode`; not
-  // available yet: creating such a session fails).
+  // Fixed-size pages from a pool shared by the model's paged sessions of
+  // one page size: needed by `combs_batch_decode`, and lets
+  // `combs_session_fork` share the prompt instead of copying it.
   COMBS_KV_PAGED = 1,
 } combs_kv_kind;
 
@@ -99,7 +100,33 @@ typedef struct combs_session_options {
   // Most prompt tokens evaluated per forward pass (device memory for
   // activations grows with it); 0: 512.
   uint32_t n_batch;
+  // Paged sessions: pages in the model's pool for `page_size`, used when
+  // this session is the first of that page size (the pool is made then
+  // and keeps its size); 0: room for max(`n_ctx`, 16384) positions within
+  // a quarter of the device's memory.
+  uint32_t pool_pages;
 } combs_session_options;
+
+// Usage of a KV page pool (`combs_session_page_stats`).
+typedef struct combs_page_stats {
+  // Rows (positions) per page.
+  uint32_t page_size;
+  // Pages in the pool.
+  uint32_t pages_total;
+  // Pages referenced by at least one session.
+  uint32_t pages_used;
+  // Pages free to take.
+  uint32_t pages_free;
+  // Live sessions drawing on the pool.
+  uint32_t sequences;
+  // Positions held, summed over those sessions (a shared prompt counts
+  // once per session).
+  uint64_t tokens;
+  // Device bytes of the pool (K and V, all layers).
+  uint64_t bytes_total;
+  // Device bytes of the pages in use.
+  uint64_t bytes_used;
+} combs_page_stats;
 
 // Sampling parameters; start from `combs_sampler_default_options()`.
 // Fields may be appended, never reordered.
@@ -340,9 +367,9 @@ struct combs_session_options combs_session_default_options(void);
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `out`, a `kv_kind` outside the
-// enum, `n_ctx` above 2^24, `page_size` 0, and — until the paged cache
-// lands — `COMBS_KV_PAGED`), `COMBS_ERR_OUT_OF_MEMORY` (the KV cache does
-// not fit on the device: lower `n_ctx`), `COMBS_ERR_DEVICE`.
+// enum, `n_ctx` above 2^24, `page_size` 0), `COMBS_ERR_OUT_OF_MEMORY` (the
+// KV cache, or a new page pool, does not fit on the device: lower `n_ctx`
+// or `pool_pages`), `COMBS_ERR_DEVICE`.
 //
 // # Safety
 // `m` is NULL or a live model; `opts` is NULL or points to a
@@ -425,6 +452,34 @@ uint32_t combs_session_n_ctx(const struct combs_session *s);
 // `s` is NULL or a live session used by no other thread.
 enum combs_status combs_session_rewind(struct combs_session *s, size_t n_keep);
 
+// Starts a new session holding what `s` holds (its tokens and its logits),
+// to continue it differently. A paged session's fork shares its KV pages:
+// only the partially filled last page is copied, and only when one of the
+// two sessions writes into it, so forking a long prompt costs almost no
+// memory. A contiguous session's cache is copied. The two are independent
+// afterwards; either may be freed first. On failure `*out` is set to NULL.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s` or `out`), `COMBS_ERR_OUT_OF_MEMORY`,
+// `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `s` is NULL or a live session not being modified by another thread; `out`
+// is writable.
+enum combs_status combs_session_fork(const struct combs_session *s, struct combs_session **out);
+
+// Writes the usage of the page pool a paged session draws on (shared by
+// all paged sessions of its model with its page size) to `*out`.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `s` or `out`, or a session with a
+// contiguous cache (it has no pool).
+//
+// # Safety
+// `s` is NULL or a live session; `out` is NULL or writable.
+enum combs_status combs_session_page_stats(const struct combs_session *s,
+                                           struct combs_page_stats *out);
+
 // The default sampling options (llama.cpp's): temperature 0.8, top_k 40,
 // top_p 0.95, min_p 0.05, repeat_penalty 1 (off), repeat_last_n 64, a fixed seed.
 struct combs_sampler_options combs_sampler_default_options(void);
@@ -504,17 +559,20 @@ enum combs_status combs_generate(struct combs_session *s,
                                  void *user_data);
 
 // Evaluates `tokens[i]` after what `sessions[i]` holds, for `n` sessions of
-// model `m` at once (sessions created with `COMBS_KV_PAGED`, each at most
-// once per call). **Not available yet**: after validating its arguments it
-// returns `COMBS_ERR_UNSUPPORTED` (also for `n` 0, so
-// `combs_batch_decode(m, NULL, NULL, 0)` probes for support). Use one
-// `combs_session_decode` per session meanwhile.
+// model `m`, in one forward pass (a few, for very large `n`): the weights
+// are read once for all of them, so throughput grows with `n`. Sessions
+// must be created with `COMBS_KV_PAGED` and one page size, each listed at
+// most once. Afterwards `combs_session_logits(sessions[i])` gives the
+// logits of `tokens[i]`. `n` 0 does nothing.
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `m`, NULL `sessions` or `tokens` with
-// `n` > 0, a NULL session, a session of another model or listed twice, a
-// token out of range — the message gives the index),
-// `COMBS_ERR_UNSUPPORTED` (this build has no batched decoding).
+// `n` > 0, a NULL session, a session of another model, listed twice, with a
+// contiguous cache or another page size, a token out of range — the
+// message gives the index), `COMBS_ERR_CONTEXT_FULL` (a session holds its
+// `n_ctx` tokens), `COMBS_ERR_OUT_OF_MEMORY` (the page pool has no free
+// page left for some session). After these nothing was evaluated and every
+// session is unchanged. `COMBS_ERR_DEVICE`: the device failed.
 //
 // # Safety
 // `m` is NULL or a live model; `sessions` and `tokens` are valid for `n`
@@ -523,6 +581,26 @@ enum combs_status combs_batch_decode(struct combs_model *m,
                                      struct combs_session *const *sessions,
                                      const combs_token *tokens,
                                      size_t n);
+
+// Evaluates prompt `i` (`n_tokens[i]` tokens at `tokens[i]`) after what
+// `sessions[i]` holds, for `n` paged sessions of model `m`, packing the
+// prompts into shared forward passes. Afterwards each session's logits are
+// those of its prompt's last token; a session with an empty prompt is left
+// as it was. Same session rules as `combs_batch_decode`.
+//
+// # Errors
+// As `combs_batch_decode` (`tokens[i]` may be NULL only when `n_tokens[i]`
+// is 0).
+//
+// # Safety
+// `m` is NULL or a live model; `sessions`, `tokens` and `n_tokens` are valid
+// for `n` reads and each `tokens[i]` for `n_tokens[i]` reads; each session is
+// NULL or live and used by no other thread.
+enum combs_status combs_batch_prefill(struct combs_model *m,
+                                      struct combs_session *const *sessions,
+                                      const combs_token *const *tokens,
+                                      const size_t *n_tokens,
+                                      size_t n);
 
 #ifdef __cplusplus
 }  // extern "C"

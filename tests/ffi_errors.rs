@@ -452,16 +452,20 @@ fn ffi_sampler_invalid_options_are_invalid_argument() {
 }
 
 #[test]
-fn ffi_batch_decode_validates_then_is_unsupported() {
+fn ffi_batch_decode_validates_its_arguments() {
     let l = Loaded::new();
     let s = l.session(16);
-    // SAFETY: live model and session; arrays hold n elements.
+    let mut opts = combs_session_default_options();
+    opts.n_ctx = 32;
+    opts.kv_kind = combs_kv_kind::COMBS_KV_PAGED;
+    opts.page_size = 8;
+    let (mut p, mut q) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: live model and sessions; arrays hold n elements.
     unsafe {
-        expect(
-            combs_batch_decode(l.m, ptr::null(), ptr::null(), 0),
-            COMBS_ERR_UNSUPPORTED,
-            &["combs_batch_decode", "paged"],
-        );
+        ok(combs_session_create(l.m, &opts, &mut p));
+        opts.page_size = 4;
+        ok(combs_session_create(l.m, &opts, &mut q));
+        ok(combs_batch_decode(l.m, ptr::null(), ptr::null(), 0));
         let sessions = [s, ptr::null_mut()];
         let toks = [1, 2];
         expect(
@@ -483,9 +487,50 @@ fn ffi_batch_decode_validates_then_is_unsupported() {
         );
         expect(
             combs_batch_decode(l.m, sessions.as_ptr(), toks.as_ptr(), 1),
-            COMBS_ERR_UNSUPPORTED,
-            &["not implement"],
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["session 0", "contiguous"],
         );
+        let mixed = [p, q];
+        expect(
+            combs_batch_decode(l.m, mixed.as_ptr(), toks.as_ptr(), 2),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["session 1", "page pool"],
+        );
+        let mut stats = combs_page_stats::default();
+        expect(
+            combs_session_page_stats(s, &mut stats),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["contiguous"],
+        );
+        ok(combs_batch_decode(l.m, [p].as_ptr(), toks.as_ptr(), 1));
+        assert_eq!(combs_session_len(p), 1);
+        assert!(!combs_session_logits(p).is_null());
+        ok(combs_session_page_stats(p, &mut stats));
+        assert_eq!((stats.page_size, stats.pages_used, stats.tokens), (8, 1, 1));
+        let empty: [*const combs_token; 1] = [ptr::null()];
+        let zero = [0usize];
+        ok(combs_batch_prefill(
+            l.m,
+            [p].as_ptr(),
+            empty.as_ptr(),
+            zero.as_ptr(),
+            1,
+        ));
+        let one = [2usize];
+        expect(
+            combs_batch_prefill(l.m, [p].as_ptr(), empty.as_ptr(), one.as_ptr(), 1),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["tokens[0]"],
+        );
+        assert_eq!(combs_session_len(p), 1);
+        let mut f = ptr::null_mut();
+        ok(combs_session_fork(p, &mut f));
+        assert_eq!(combs_session_len(f), 1);
+        ok(combs_session_page_stats(f, &mut stats));
+        assert_eq!((stats.sequences, stats.pages_used, stats.tokens), (2, 1, 2));
+        combs_session_free(f);
+        combs_session_free(q);
+        combs_session_free(p);
         combs_session_free(s);
     }
 }

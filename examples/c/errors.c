@@ -227,10 +227,16 @@ int main(int argc, char **argv) {
     EXPECT(combs_session_create(m, &so, &s), COMBS_ERR_INVALID_ARGUMENT, "page_size", NULL);
     so = combs_session_default_options();
     so.kv_kind = COMBS_KV_PAGED;
-    combs_status paged = combs_session_create(m, &so, &s);
-    printf("info paged session: %s %s\n", combs_status_str(paged), paged == COMBS_OK ? "" : combs_last_error());
-    TRUE(paged == COMBS_OK ? s != NULL : (s == NULL && strlen(combs_last_error()) > 0));
-    combs_session_free(s);
+    so.n_ctx = 64;
+    so.page_size = 16;
+    so.pool_pages = 5;
+    combs_session *paged = NULL, *paged2 = NULL, *fork = NULL;
+    EXPECT(combs_session_create(m, &so, &paged), COMBS_OK, NULL, NULL);
+    EXPECT(combs_session_create(m, &so, &paged2), COMBS_OK, NULL, NULL);
+    combs_page_stats ps;
+    EXPECT(combs_session_page_stats(paged, &ps), COMBS_OK, NULL, NULL);
+    TRUE(ps.pages_total == 5 && ps.pages_free == 5 && ps.sequences == 2 && ps.page_size == 16);
+    EXPECT(combs_session_page_stats(paged, NULL), COMBS_ERR_INVALID_ARGUMENT, "`out`", NULL);
 
     so = combs_session_default_options();
     so.n_ctx = 8;
@@ -302,8 +308,8 @@ int main(int argc, char **argv) {
     TRUE(combs_sampler_sample(greedy, three, 3) == 1);
     EXPECT(combs_sampler_accept(greedy, -1), COMBS_ERR_INVALID_ARGUMENT, "combs_sampler_accept", "-1 is negative");
 
-    /* ---- batch decode (not available yet) ---- */
-    EXPECT(combs_batch_decode(m, NULL, NULL, 0), COMBS_ERR_UNSUPPORTED, "combs_batch_decode", "paged");
+    /* ---- batch decode, forks and the page pool ---- */
+    EXPECT(combs_batch_decode(m, NULL, NULL, 0), COMBS_OK, NULL, NULL);
     combs_session *batch[2] = {s, NULL};
     combs_token batch_toks[2] = {toks[0], toks[1]};
     EXPECT(combs_batch_decode(NULL, batch, batch_toks, 2), COMBS_ERR_INVALID_ARGUMENT, "`m`", NULL);
@@ -314,7 +320,32 @@ int main(int argc, char **argv) {
     batch_toks[0] = -3;
     EXPECT(combs_batch_decode(m, batch, batch_toks, 1), COMBS_ERR_INVALID_ARGUMENT, "tokens[0]", "-3");
     batch_toks[0] = toks[0];
-    EXPECT(combs_batch_decode(m, batch, batch_toks, 1), COMBS_ERR_UNSUPPORTED, "not implement", NULL);
+    EXPECT(combs_batch_decode(m, batch, batch_toks, 1), COMBS_ERR_INVALID_ARGUMENT, "contiguous", NULL);
+    EXPECT(combs_session_page_stats(s, &ps), COMBS_ERR_INVALID_ARGUMENT, "page pool", NULL);
+    /* 5 pages of 16: 40 + 30 positions take 3 + 2 of them */
+    combs_token prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = toks[i % 2];
+    EXPECT(combs_session_prefill(paged, prompt, 40), COMBS_OK, NULL, NULL);
+    EXPECT(combs_session_prefill(paged2, prompt, 30), COMBS_OK, NULL, NULL);
+    EXPECT(combs_session_fork(paged, NULL), COMBS_ERR_INVALID_ARGUMENT, "`out`", NULL);
+    EXPECT(combs_session_fork(NULL, &fork), COMBS_ERR_INVALID_ARGUMENT, "`s`", NULL);
+    EXPECT(combs_session_fork(paged, &fork), COMBS_OK, NULL, NULL);
+    TRUE(combs_session_len(fork) == 40 && combs_session_logits(fork) != NULL);
+    /* the fork writes into the shared partial page: a copy needs a page, none is free */
+    EXPECT(combs_session_decode(fork, toks[0]), COMBS_ERR_OUT_OF_MEMORY, "kv pages", NULL);
+    TRUE(combs_session_len(fork) == 40 && combs_session_logits(fork) != NULL);
+    combs_session_free(fork); /* gives its reference to the shared pages back */
+    batch[0] = paged;
+    batch[1] = paged2;
+    batch_toks[0] = toks[0];
+    batch_toks[1] = toks[1];
+    EXPECT(combs_batch_decode(m, batch, batch_toks, 2), COMBS_OK, NULL, NULL);
+    TRUE(combs_session_len(paged) == 41 && combs_session_len(paged2) == 31);
+    TRUE(combs_session_logits(paged) != NULL && combs_session_logits(paged2) != NULL);
+    EXPECT(combs_session_page_stats(paged, &ps), COMBS_OK, NULL, NULL);
+    TRUE(ps.pages_used == 5 && ps.sequences == 2 && ps.tokens == 72 && ps.bytes_used > 0);
+    combs_session_free(paged2);
+    combs_session_free(paged);
 
     /* ---- the last error is per thread ---- */
     int fresh = 0;

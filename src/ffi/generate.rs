@@ -90,8 +90,7 @@ pub unsafe extern "C" fn combs_generate(
                     }
                 }
             },
-        )
-        .map_err(Failure::from);
+        );
         let stats = s.after_eval(r)?;
         if stats.stop == StopReason::ContextFull {
             let n_ctx = s.session.n_ctx();

@@ -8,6 +8,7 @@ use super::combs_token;
 use super::guard::{Failure, FfiResult, guard, guard_value};
 use super::model::combs_model;
 use super::status::combs_status;
+use crate::error::ModelError;
 use crate::kv::CacheKind;
 use crate::runtime::{Model, Session, SessionOptions};
 
@@ -17,8 +18,9 @@ use crate::runtime::{Model, Session, SessionOptions};
 pub enum combs_kv_kind {
     /// One contiguous block of `n_ctx` rows per layer.
     COMBS_KV_CONTIGUOUS = 0,
-    /// Fixed-size pages from a pool (needed by `combs_batch_decode`; not
-    /// available yet: creating such a session fails).
+    /// Fixed-size pages from a pool shared by the model's paged sessions of
+    /// one page size: needed by `combs_batch_decode`, and lets
+    /// `combs_session_fork` share the prompt instead of copying it.
     COMBS_KV_PAGED = 1,
 }
 
@@ -37,6 +39,11 @@ pub struct combs_session_options {
     /// Most prompt tokens evaluated per forward pass (device memory for
     /// activations grows with it); 0: 512.
     pub n_batch: u32,
+    /// Paged sessions: pages in the model's pool for `page_size`, used when
+    /// this session is the first of that page size (the pool is made then
+    /// and keeps its size); 0: room for max(`n_ctx`, 16384) positions within
+    /// a quarter of the device's memory.
+    pub pool_pages: u32,
 }
 
 /// The struct as read from C memory: an enum value outside `combs_kv_kind`
@@ -47,6 +54,7 @@ struct RawSessionOptions {
     kv_kind: i32,
     page_size: u32,
     n_batch: u32,
+    pool_pages: u32,
 }
 const _: () = assert!(size_of::<RawSessionOptions>() == size_of::<combs_session_options>());
 const _: () = assert!(size_of::<combs_kv_kind>() == size_of::<i32>());
@@ -67,20 +75,29 @@ const _: () = {
 
 impl combs_session {
     /// Records the outcome of an evaluating call: errors found before any work
-    /// (bad token, full context) leave the logits as they were; any other
-    /// error leaves them unknown.
-    pub(crate) fn after_eval<T>(&mut self, r: FfiResult<T>) -> FfiResult<T> {
-        match &r {
-            Ok(_) => self.logits_valid = true,
-            Err(Failure {
-                status:
-                    combs_status::COMBS_ERR_INVALID_ARGUMENT | combs_status::COMBS_ERR_CONTEXT_FULL,
-                ..
-            }) => {}
-            Err(_) => self.logits_valid = false,
+    /// (bad token, full context, no free KV page) leave the logits as they
+    /// were; any other error leaves them unknown.
+    pub(crate) fn after_eval<T>(&mut self, r: Result<T, ModelError>) -> FfiResult<T> {
+        if let Err(e) = &r {
+            if !leaves_session_unchanged(e) {
+                self.logits_valid = false;
+            }
+        } else {
+            self.logits_valid = true;
         }
-        r
+        r.map_err(Failure::from)
     }
+}
+
+/// Whether an evaluating call that failed with `e` did so before changing anything.
+pub(crate) fn leaves_session_unchanged(e: &ModelError) -> bool {
+    matches!(
+        e.root(),
+        ModelError::InvalidArgument { .. }
+            | ModelError::TokenOutOfRange { .. }
+            | ModelError::ContextFull { .. }
+            | ModelError::PoolExhausted { .. }
+    )
 }
 
 /// The default session options: the training context, a contiguous cache,
@@ -92,6 +109,7 @@ pub extern "C" fn combs_session_default_options() -> combs_session_options {
         kv_kind: combs_kv_kind::COMBS_KV_CONTIGUOUS,
         page_size: 256,
         n_batch: 0,
+        pool_pages: 0,
     };
     guard_value("combs_session_default_options", d, |_| d, || Ok(d))
 }
@@ -103,9 +121,9 @@ pub extern "C" fn combs_session_default_options() -> combs_session_options {
 ///
 /// # Errors
 /// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m` or `out`, a `kv_kind` outside the
-/// enum, `n_ctx` above 2^24, `page_size` 0, and — until the paged cache
-/// lands — `COMBS_KV_PAGED`), `COMBS_ERR_OUT_OF_MEMORY` (the KV cache does
-/// not fit on the device: lower `n_ctx`), `COMBS_ERR_DEVICE`.
+/// enum, `n_ctx` above 2^24, `page_size` 0), `COMBS_ERR_OUT_OF_MEMORY` (the
+/// KV cache, or a new page pool, does not fit on the device: lower `n_ctx`
+/// or `pool_pages`), `COMBS_ERR_DEVICE`.
 ///
 /// # Safety
 /// `m` is NULL or a live model; `opts` is NULL or points to a
@@ -129,6 +147,7 @@ pub unsafe extern "C" fn combs_session_create(
             kv_kind: d.kv_kind as i32,
             page_size: d.page_size,
             n_batch: d.n_batch,
+            pool_pages: d.pool_pages,
         };
         let o = unsafe { opts.cast::<RawSessionOptions>().as_ref() }.unwrap_or(&defaults);
         let kv_kind = match o.kv_kind {
@@ -146,6 +165,7 @@ pub unsafe extern "C" fn combs_session_create(
             n_ctx: o.n_ctx as usize,
             kv_kind,
             page_size: o.page_size as usize,
+            pool_pages: o.pool_pages as usize,
             n_batch: match o.n_batch {
                 0 => defaults.n_batch,
                 n => n as usize,
@@ -213,7 +233,7 @@ pub unsafe extern "C" fn combs_session_prefill(
         if ids.is_empty() {
             return Ok(());
         }
-        let r = s.session.prefill(&ids).map_err(Failure::from);
+        let r = s.session.prefill(&ids);
         s.after_eval(r)
     })
 }
@@ -237,7 +257,7 @@ pub unsafe extern "C" fn combs_session_decode(
         // SAFETY: per this function's contract.
         let s = unsafe { handle_mut(s, "s") }?;
         let id = token(t, s.model.spec().n_vocab)?;
-        let r = s.session.decode(id).map_err(Failure::from);
+        let r = s.session.decode(id);
         s.after_eval(r)
     })
 }
@@ -331,6 +351,110 @@ pub unsafe extern "C" fn combs_session_rewind(
         if n_keep < len {
             s.logits_valid = false;
         }
+        Ok(())
+    })
+}
+
+/// Starts a new session holding what `s` holds (its tokens and its logits),
+/// to continue it differently. A paged session's fork shares its KV pages:
+/// only the partially filled last page is copied, and only when one of the
+/// two sessions writes into it, so forking a long prompt costs almost no
+/// memory. A contiguous session's cache is copied. The two are independent
+/// afterwards; either may be freed first. On failure `*out` is set to NULL.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s` or `out`), `COMBS_ERR_OUT_OF_MEMORY`,
+/// `COMBS_ERR_DEVICE`.
+///
+/// # Safety
+/// `s` is NULL or a live session not being modified by another thread; `out`
+/// is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_fork(
+    s: *const combs_session,
+    out: *mut *mut combs_session,
+) -> combs_status {
+    guard("combs_session_fork", || {
+        // SAFETY: per this function's contract.
+        let out = unsafe { clear_out(out) }?;
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle(s, "s") }?;
+        let session = s.session.fork()?;
+        // SAFETY: out was checked by clear_out.
+        unsafe {
+            set_out(
+                out,
+                combs_session {
+                    session,
+                    model: s.model.clone(),
+                    logits_valid: s.logits_valid,
+                },
+            )
+        };
+        Ok(())
+    })
+}
+
+/// Usage of a KV page pool (`combs_session_page_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct combs_page_stats {
+    /// Rows (positions) per page.
+    pub page_size: u32,
+    /// Pages in the pool.
+    pub pages_total: u32,
+    /// Pages referenced by at least one session.
+    pub pages_used: u32,
+    /// Pages free to take.
+    pub pages_free: u32,
+    /// Live sessions drawing on the pool.
+    pub sequences: u32,
+    /// Positions held, summed over those sessions (a shared prompt counts
+    /// once per session).
+    pub tokens: u64,
+    /// Device bytes of the pool (K and V, all layers).
+    pub bytes_total: u64,
+    /// Device bytes of the pages in use.
+    pub bytes_used: u64,
+}
+
+/// Writes the usage of the page pool a paged session draws on (shared by
+/// all paged sessions of its model with its page size) to `*out`.
+///
+/// # Errors
+/// `COMBS_ERR_INVALID_ARGUMENT`: NULL `s` or `out`, or a session with a
+/// contiguous cache (it has no pool).
+///
+/// # Safety
+/// `s` is NULL or a live session; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_page_stats(
+    s: *const combs_session,
+    out: *mut combs_page_stats,
+) -> combs_status {
+    guard("combs_session_page_stats", || {
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle(s, "s") }?;
+        if out.is_null() {
+            return Err(invalid("out", "is NULL"));
+        }
+        let st = s
+            .session
+            .page_stats()
+            .ok_or_else(|| invalid("s", "has a contiguous KV cache, which has no page pool"))?;
+        let n32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        let stats = combs_page_stats {
+            page_size: n32(st.page_size),
+            pages_total: n32(st.pages_total),
+            pages_used: n32(st.pages_used),
+            pages_free: n32(st.pages_free),
+            sequences: n32(st.sequences),
+            tokens: st.tokens as u64,
+            bytes_total: st.bytes_total,
+            bytes_used: st.bytes_used,
+        };
+        // SAFETY: non-NULL and writable per the contract.
+        unsafe { out.write(stats) };
         Ok(())
     })
 }

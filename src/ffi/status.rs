@@ -62,6 +62,7 @@ impl From<&ModelError> for combs_status {
                 COMBS_ERR_DEVICE
             }
             ModelError::Internal(_) => COMBS_ERR_INTERNAL,
+            ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }
     }
 }
