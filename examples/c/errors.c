@@ -353,7 +353,7 @@ int main(int argc, char **argv) {
     pthread_create(&th, NULL, fresh_thread, &fresh);
     pthread_join(th, NULL);
     TRUE(fresh);
-    TRUE(strstr(combs_last_error(), "combs_batch_decode") != NULL);
+    TRUE(strstr(combs_last_error(), "combs_session_decode") != NULL);
 
     combs_sampler_free(greedy);
     combs_session_free(s);

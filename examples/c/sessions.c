@@ -1,8 +1,9 @@
 /* sessions.c: several sessions on one model are independent. Greedy
  * generation of two prompts, each alone, then interleaved step by step on
- * two sessions, then on two threads at once (one session each): every run
- * must give the same tokens. The model handle is freed before the sessions
- * (they keep it alive).
+ * two sessions, then on two threads at once (one session each), then on two
+ * paged sessions advanced together by combs_batch_decode (one forward pass
+ * per step for both): every run must give the same tokens. The model handle
+ * is freed before the sessions (they keep it alive).
  *
  *   sessions MODEL.gguf [N_TOKENS] */
 #define _POSIX_C_SOURCE 200809L
@@ -22,6 +23,7 @@ struct run {
     combs_session *session;
     combs_sampler *sampler;
     const char *prompt;
+    combs_kv_kind kv;
     int n;
     combs_token out[MAX_TOKENS];
     int n_out;
@@ -35,6 +37,8 @@ static combs_status start(struct run *r) {
     if (s != COMBS_OK) return s;
     combs_session_options so = combs_session_default_options();
     so.n_ctx = 128;
+    so.kv_kind = r->kv;
+    so.page_size = 16;
     if ((s = combs_session_create(r->model, &so, &r->session)) != COMBS_OK) return s;
     combs_sampler_options po = combs_sampler_default_options();
     po.temperature = 0;
@@ -107,7 +111,7 @@ int main(int argc, char **argv) {
 
     /* Each prompt alone. Greedy decoding never samples an end token here
      * (it would be recorded like any other token). */
-    struct run alone[2], inter[2], thr[2];
+    struct run alone[2], inter[2], thr[2], bat[2];
     for (int i = 0; i < 2; i++) {
         alone[i] = (struct run){.model = model, .prompt = PROMPTS[i], .n = n};
         CHECK(start(&alone[i]));
@@ -131,6 +135,22 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
 
+    /* Batched: two paged sessions, one forward pass per step for both. */
+    for (int i = 0; i < 2; i++) {
+        bat[i] = (struct run){.model = model, .prompt = PROMPTS[i], .kv = COMBS_KV_PAGED, .n = n};
+        CHECK(start(&bat[i]));
+    }
+    for (int k = 0; k < n; k++) {
+        combs_session *ss[2] = {bat[0].session, bat[1].session};
+        combs_token ts[2];
+        for (int i = 0; i < 2; i++) {
+            ts[i] = combs_sampler_sample(bat[i].sampler, combs_session_logits(bat[i].session), n_vocab);
+            if (ts[i] < 0) return 1;
+            bat[i].out[bat[i].n_out++] = ts[i];
+        }
+        CHECK(combs_batch_decode(model, ss, ts, 2));
+    }
+
     /* The sessions keep the model alive: free it first, then keep decoding. */
     combs_model_free(model);
     combs_runtime_free(rt);
@@ -145,8 +165,11 @@ int main(int argc, char **argv) {
         ok &= same(what, &alone[i], &inter[i]);
         snprintf(what, sizeof what, "prompt %d threaded == alone", i);
         ok &= thr[i].status == COMBS_OK && same(what, &alone[i], &thr[i]);
+        snprintf(what, sizeof what, "prompt %d batched == alone", i);
+        ok &= same(what, &alone[i], &bat[i]);
         finish(&inter[i]);
         finish(&thr[i]);
+        finish(&bat[i]);
     }
     if (memcmp(alone[0].out, alone[1].out, sizeof(combs_token) * (size_t)n) == 0)
         printf("note: both prompts gave the same tokens (a random-weight model?): the test is weaker\n");
