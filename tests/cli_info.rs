@@ -287,3 +287,44 @@ fn cli_info_real_models() {
         ],
     );
 }
+
+/// `combs info` on the transformers-made fixtures (`tests/fixtures/hf/`)
+/// shows the spec combs resolved: LongRoPE with its two factor sets and
+/// attention factor, fused tensors, partial rotary, sliding windows, Q/K norm.
+#[test]
+fn cli_info_prints_resolved_qwen3_and_phi3_specs() {
+    let fixture = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hf")
+            .join(name)
+    };
+    info_real(
+        &fixture("phi3_longrope.gguf"),
+        &[
+            "resolved architecture: phi3 (Phi3 family)",
+            "heads 4 (KV 2), head dim 16",
+            "rope Neox over 12 dims, base 10000",
+            "scaling LongRoPE (short: 6 factors in 1..4; long: 6 factors in 1..24; \
+             long past 32 positions of context), attn factor 1.183",
+            "fused QKV yes, fused gate/up yes, tied output yes",
+            "every layer attends to the full context",
+        ],
+    );
+    info_real(
+        &fixture("phi3_swa.gguf"),
+        &[
+            "resolved architecture: phi3 (Phi3 family)",
+            "scaling none, attn factor 1",
+            "tied output no",
+            "sliding-window layers (layer:window) 0:16 1:16 2:16",
+        ],
+    );
+    info_real(
+        &fixture("qwen3_tiny.gguf"),
+        &[
+            "resolved architecture: qwen3 (Qwen3 family)",
+            "heads 4 (KV 2), head dim 32",
+            "QKV bias no, Q/K norm yes",
+        ],
+    );
+}

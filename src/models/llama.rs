@@ -51,7 +51,26 @@ struct Block {
     down: Linear,
     post_ffn_norm: Option<Arc<Buffer>>,
     /// Inverse rope frequencies of this block (local or global).
-    inv_freq: Arc<Buffer>,
+    rope: RopeFreqs,
+}
+
+/// Inverse rope frequencies on the device: one table, or LongRoPE's two,
+/// of which a cache's context length picks one.
+#[derive(Clone)]
+struct RopeFreqs {
+    table: Arc<Buffer>,
+    /// LongRoPE: the original context and the table for longer contexts.
+    long: Option<(usize, Arc<Buffer>)>,
+}
+
+impl RopeFreqs {
+    /// The table a cache of `n_ctx` positions uses ([`RopeScaling::for_context`]).
+    fn for_context(&self, n_ctx: usize) -> &Arc<Buffer> {
+        match &self.long {
+            Some((n_ctx_orig, long)) if n_ctx > *n_ctx_orig => long,
+            _ => &self.table,
+        }
+    }
 }
 
 /// A Llama-family model on the GPU.
@@ -105,11 +124,11 @@ impl LlamaModel {
             Some(ld.matrix("output.weight", spec.n_vocab, e)?)
         };
 
-        let global = Self::inv_freq_buffer(ctx, &spec, spec.rope_base, &spec.rope_scaling)?;
+        let global = Self::rope_freqs(ctx, &spec, spec.rope_base, &spec.rope_scaling)?;
         // Gemma 3's sliding layers use their own base and no scaling.
         let local =
             if spec.rope_base_local != spec.rope_base || spec.family == super::Family::Gemma3 {
-                Self::inv_freq_buffer(ctx, &spec, spec.rope_base_local, &RopeScaling::None)?
+                Self::rope_freqs(ctx, &spec, spec.rope_base_local, &RopeScaling::None)?
             } else {
                 global.clone()
             };
@@ -167,7 +186,7 @@ impl LlamaModel {
                 gate_up,
                 down: linear(&mut ld, &format!("{p}.ffn_down"), e, ff, false)?,
                 post_ffn_norm: post(&mut ld, "post_ffw_norm")?,
-                inv_freq: if is_local {
+                rope: if is_local {
                     local.clone()
                 } else {
                     global.clone()
@@ -187,14 +206,27 @@ impl LlamaModel {
         })
     }
 
-    fn inv_freq_buffer(
+    fn rope_freqs(
         ctx: &Arc<GpuContext>,
         spec: &ArchSpec,
         base: f32,
         scaling: &RopeScaling,
-    ) -> Result<Arc<Buffer>> {
-        let f = inv_freq(spec.n_rot, base, scaling);
-        upload_new(ctx, bytemuck::cast_slice(&f), "rope inv_freq")
+    ) -> Result<RopeFreqs> {
+        let upload = |s: &RopeScaling| {
+            let f = inv_freq(spec.n_rot, base, s);
+            upload_new(ctx, bytemuck::cast_slice(&f), "rope inv_freq")
+        };
+        let long = match scaling {
+            RopeScaling::LongRope { n_ctx_orig, .. } => Some((
+                *n_ctx_orig,
+                upload(&scaling.for_context(n_ctx_orig.saturating_add(1)))?,
+            )),
+            _ => None,
+        };
+        Ok(RopeFreqs {
+            table: upload(&scaling.for_context(0))?,
+            long,
+        })
     }
 
     /// The per-layer cache geometry.
@@ -297,7 +329,7 @@ impl LlamaModel {
                 },
                 sp.rope_style,
                 &s.positions,
-                &b.inv_freq,
+                b.rope.for_context(cache.n_ctx()),
                 sp.rope_attn_factor,
             )
         };

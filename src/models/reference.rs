@@ -63,6 +63,10 @@ pub struct ReferenceModel {
     blocks: Vec<RefBlock>,
     /// Per layer, per position: (k, v) after rope.
     cache: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+    /// The context length rope scaling assumes (LongRoPE picks its factors by it).
+    n_ctx: usize,
+    /// K/V rounded to f16 as the GPU cache stores them (the default), or kept in f32.
+    f16_kv: bool,
 }
 
 fn tensor_type(g: &GgufFile, name: &str) -> Option<crate::quant::QuantType> {
@@ -186,9 +190,26 @@ impl ReferenceModel {
                 None
             },
             cache: vec![Vec::new(); spec.n_layer],
+            n_ctx: spec.n_ctx_train,
+            f16_kv: true,
             blocks,
             spec,
         })
+    }
+
+    /// Sets the context length rope scaling assumes, as a session's `n_ctx`
+    /// does on the GPU (the default is the training context).
+    pub fn with_n_ctx(mut self, n_ctx: usize) -> Self {
+        self.n_ctx = n_ctx;
+        self
+    }
+
+    /// Keeps K/V in f32 instead of rounding them to f16 as the GPU cache
+    /// does: the forward pass with no rounding beyond f32 weights and
+    /// activations, to compare with other implementations' f32 caches.
+    pub fn with_f32_kv(mut self) -> Self {
+        self.f16_kv = false;
+        self
     }
 
     /// Runs one token at the next position and returns its logits.
@@ -238,7 +259,7 @@ impl ReferenceModel {
             } else {
                 (sp.rope_base, sp.rope_scaling.clone())
             };
-            let f = inv_freq(sp.n_rot, base, &scaling);
+            let f = inv_freq(sp.n_rot, base, &scaling.for_context(self.n_ctx));
             for h in q.chunks_mut(hd) {
                 rope_ref(
                     h,
@@ -260,7 +281,11 @@ impl ReferenceModel {
                 );
             }
             // the KV cache holds f16, on the GPU as in llama.cpp
+            let f16_kv = self.f16_kv;
             let half = |v: Vec<f32>| -> Vec<f32> {
+                if !f16_kv {
+                    return v;
+                }
                 v.into_iter()
                     .map(|x| half::f16::from_f32(x).to_f32())
                     .collect()

@@ -177,7 +177,17 @@ impl ArchSpec {
         let norm_eps = g
             .get_f32(&key(a, "attention.layer_norm_rms_epsilon"))?
             .unwrap_or(1e-5);
-        let rope_scaling = Self::rope_scaling(g, a, n_rot)?;
+        let rope_scaling = Self::rope_scaling(g, a, n_rot, n_ctx_train)?;
+        // LongRoPE's (and YaRN's) magnitude correction of cos/sin; llama.cpp
+        // reads it for every architecture.
+        let attn_factor_key = key(a, "rope.scaling.attn_factor");
+        let rope_attn_factor = g.get_f32(&attn_factor_key)?.unwrap_or(1.0);
+        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
+            return Err(ModelError::Metadata {
+                key: attn_factor_key,
+                reason: format!("{rope_attn_factor} is not a positive number"),
+            });
+        }
         let window = opt_usize(g, &key(a, "attention.sliding_window"))?.unwrap_or(0);
         let tied_embeddings = g.tensor("output.weight").is_none();
 
@@ -196,7 +206,7 @@ impl ArchSpec {
             rope_base,
             rope_base_local: rope_base,
             rope_scaling,
-            rope_attn_factor: 1.0,
+            rope_attn_factor,
             n_ctx_train,
             norm_eps,
             norm_flavor: NormFlavor::Plain,
@@ -234,7 +244,11 @@ impl ArchSpec {
                 spec.rope_style = RopeStyle::Neox;
                 spec.fused_qkv = g.tensor("blk.0.attn_qkv.weight").is_some();
                 spec.fused_gate_up = g.tensor("blk.0.ffn_gate.weight").is_none();
-                if window > 0 {
+                // transformers applies `sliding_window` on every layer
+                // (Phi-3-mini-4k: 2047); llama.cpp currently ignores it for
+                // phi3 and attends to the full context. A window past the
+                // trained context (Phi-3.5: 262144) is full attention.
+                if window > 0 && window < n_ctx_train {
                     spec.layers = vec![LayerKind::SlidingWindow { window }; n_layer];
                 }
             }
@@ -266,21 +280,66 @@ impl ArchSpec {
         Ok(spec)
     }
 
-    fn rope_scaling(g: &GgufFile, a: &str, n_rot: usize) -> Result<RopeScaling> {
-        if let Some(t) = g.tensor("rope_freqs.weight") {
-            let data = g.tensor_data(t);
-            if t.qtype != Some(crate::quant::QuantType::F32) || data.len() != 4 * (n_rot / 2) {
-                return Err(ModelError::Shape {
-                    tensor: "rope_freqs.weight".into(),
-                    expected: vec![(n_rot / 2) as u64],
-                    got: t.dims.clone(),
+    /// Per-pair rope factors stored as the f32 tensor `name`, if the file has it.
+    fn rope_factors(g: &GgufFile, name: &str, n_rot: usize) -> Result<Option<Vec<f32>>> {
+        let Some(t) = g.tensor(name) else {
+            return Ok(None);
+        };
+        let data = g.tensor_data(t);
+        if t.qtype != Some(crate::quant::QuantType::F32) || data.len() != 4 * (n_rot / 2) {
+            return Err(ModelError::Shape {
+                tensor: name.into(),
+                expected: vec![(n_rot / 2) as u64],
+                got: t.dims.clone(),
+            });
+        }
+        let ff: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(bad) = ff.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(ModelError::Metadata {
+                key: name.into(),
+                reason: format!("rope factor {bad} is not a positive number"),
+            });
+        }
+        Ok(Some(ff))
+    }
+
+    fn rope_scaling(
+        g: &GgufFile,
+        a: &str,
+        n_rot: usize,
+        n_ctx_train: usize,
+    ) -> Result<RopeScaling> {
+        if let Some(ff) = Self::rope_factors(g, "rope_freqs.weight", n_rot)? {
+            return Ok(RopeScaling::FreqFactors(ff));
+        }
+        // LongRoPE as llama.cpp's converter writes it (Phi-3): both factor
+        // sets as global tensors, the original context in metadata.
+        let short = Self::rope_factors(g, "rope_factors_short.weight", n_rot)?;
+        let long = Self::rope_factors(g, "rope_factors_long.weight", n_rot)?;
+        match (short, long) {
+            (Some(short), Some(long)) => {
+                let n_ctx_orig = opt_usize(g, &key(a, "rope.scaling.original_context_length"))?
+                    .unwrap_or(n_ctx_train);
+                return Ok(RopeScaling::LongRope {
+                    short,
+                    long,
+                    n_ctx_orig,
                 });
             }
-            let ff = data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            return Ok(RopeScaling::FreqFactors(ff));
+            (Some(_), None) | (None, Some(_)) => {
+                let missing = if g.tensor("rope_factors_short.weight").is_none() {
+                    "rope_factors_short.weight"
+                } else {
+                    "rope_factors_long.weight"
+                };
+                return Err(ModelError::MissingTensor {
+                    name: missing.into(),
+                });
+            }
+            (None, None) => {}
         }
         let kind = g.get_str(&key(a, "rope.scaling.type"))?.unwrap_or("none");
         let factor = g.get_f32(&key(a, "rope.scaling.factor"))?.unwrap_or(1.0);

@@ -55,21 +55,86 @@ pub enum RopeScaling {
         factor: f32,
     },
     /// Per-dimension divisors (the `rope_freqs.weight` tensor of llama3-style
-    /// and LongRoPE models).
+    /// models).
     FreqFactors(Vec<f32>),
+    /// LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini): two sets of per-dimension
+    /// divisors (`rope_factors_short.weight`, `rope_factors_long.weight`),
+    /// the long set for contexts longer than the original one. Its
+    /// magnitude correction is the spec's `rope_attn_factor`.
+    LongRope {
+        /// Divisors for contexts up to `n_ctx_orig`.
+        short: Vec<f32>,
+        /// Divisors for longer contexts.
+        long: Vec<f32>,
+        /// The context the model was pre-trained with.
+        n_ctx_orig: usize,
+    },
+}
+
+impl RopeScaling {
+    /// The scaling a context of `n_ctx` positions uses: for LongRoPE the long
+    /// factors when `n_ctx` exceeds the original context and the short ones
+    /// otherwise (llama.cpp `llama_model::get_rope_factors`; transformers
+    /// switches on the sequence's length instead, which agrees when the
+    /// context is as long as the sequence); any other kind as it is.
+    pub fn for_context(&self, n_ctx: usize) -> RopeScaling {
+        match self {
+            RopeScaling::LongRope {
+                short,
+                long,
+                n_ctx_orig,
+            } => RopeScaling::FreqFactors(if n_ctx > *n_ctx_orig {
+                long.clone()
+            } else {
+                short.clone()
+            }),
+            other => other.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for RopeScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let range = |v: &[f32]| {
+            let lo = v.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            format!("{} factors in {lo}..{hi}", v.len())
+        };
+        match self {
+            RopeScaling::None => write!(f, "none"),
+            RopeScaling::Linear { factor } => write!(f, "linear, factor {factor}"),
+            RopeScaling::FreqFactors(v) => write!(f, "frequency factors ({})", range(v)),
+            RopeScaling::LongRope {
+                short,
+                long,
+                n_ctx_orig,
+            } => write!(
+                f,
+                "LongRoPE (short: {}; long: {}; long past {n_ctx_orig} positions of context)",
+                range(short),
+                range(long)
+            ),
+        }
+    }
 }
 
 /// Inverse frequency of each rotation pair: `base^(-2i/n_rot) / factor_i`.
+/// LongRoPE reads as its short factors here; resolve it with
+/// [`RopeScaling::for_context`] first.
 pub fn inv_freq(n_rot: usize, base: f32, scaling: &RopeScaling) -> Vec<f32> {
+    let factor = |i: usize| -> f64 {
+        let at = |v: &[f32]| f64::from(v.get(i).copied().unwrap_or(1.0));
+        match scaling {
+            RopeScaling::None => 1.0,
+            RopeScaling::Linear { factor } => f64::from(*factor),
+            RopeScaling::FreqFactors(ff) => at(ff),
+            RopeScaling::LongRope { short, .. } => at(short),
+        }
+    };
     (0..n_rot / 2)
         .map(|i| {
             let f = f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
-            let f = match scaling {
-                RopeScaling::None => f,
-                RopeScaling::Linear { factor } => f / f64::from(*factor),
-                RopeScaling::FreqFactors(ff) => f / f64::from(ff.get(i).copied().unwrap_or(1.0)),
-            };
-            f as f32
+            (f / factor(i)) as f32
         })
         .collect()
 }

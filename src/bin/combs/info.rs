@@ -265,7 +265,7 @@ fn print_spec(g: &GgufFile, out: &mut dyn Write) -> std::io::Result<()> {
     )?;
     writeln!(
         out,
-        "  rope {:?} over {} dims, base {} (local layers {}), scaling {:?}, attn factor {}",
+        "  rope {:?} over {} dims, base {} (local layers {}), scaling {}, attn factor {}",
         sp.rope_style,
         sp.n_rot,
         sp.rope_base,
