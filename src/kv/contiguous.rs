@@ -85,6 +85,10 @@ impl ContiguousKVCache {
 }
 
 impl KvAttention for ContiguousKVCache {
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
         let layer = self
             .layers
@@ -124,10 +128,6 @@ impl KvAttention for ContiguousKVCache {
 impl KVCache for ContiguousKVCache {
     fn kind(&self) -> CacheKind {
         CacheKind::Contiguous
-    }
-
-    fn n_ctx(&self) -> usize {
-        self.n_ctx
     }
 
     fn len(&self) -> usize {

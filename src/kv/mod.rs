@@ -104,6 +104,9 @@ pub struct AttentionIo<'a> {
 /// Something that records one layer's K/V store and attention: a sequence's
 /// cache, or a batch of sequences of one page pool.
 pub trait KvAttention {
+    /// Positions each sequence may hold (LongRoPE models pick their rope
+    /// factors by it).
+    fn n_ctx(&self) -> usize;
     /// Records the store of this call's K/V rows of layer `il` and the attention
     /// of its queries over everything the sequence holds up to each query.
     ///
@@ -116,8 +119,6 @@ pub trait KvAttention {
 pub trait KVCache: KvAttention + Send {
     /// The implementation.
     fn kind(&self) -> CacheKind;
-    /// Positions the cache can hold.
-    fn n_ctx(&self) -> usize;
     /// Positions currently held.
     fn len(&self) -> usize;
     /// Whether no position is held.

@@ -388,6 +388,10 @@ impl PagedKVCache {
 }
 
 impl KvAttention for PagedKVCache {
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
         self.pool
             .record(rec, il, io, &self.page_table, &self.seq_base)
@@ -397,10 +401,6 @@ impl KvAttention for PagedKVCache {
 impl KVCache for PagedKVCache {
     fn kind(&self) -> CacheKind {
         CacheKind::Paged
-    }
-
-    fn n_ctx(&self) -> usize {
-        self.n_ctx
     }
 
     fn len(&self) -> usize {
@@ -503,9 +503,15 @@ pub struct PagedBatchView<'a> {
     pub page_table: &'a Arc<Buffer>,
     /// Per token, where its sequence's table starts in `page_table`.
     pub seq_base: &'a Arc<Buffer>,
+    /// The context size of the sequences (one rope-scaling choice for all).
+    pub n_ctx: usize,
 }
 
 impl KvAttention for PagedBatchView<'_> {
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
     fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
         self.pool
             .record(rec, il, io, self.page_table, self.seq_base)

@@ -611,6 +611,12 @@ impl GenerativeModel for LlamaModel {
         )
     }
 
+    fn same_rope(&self, a: usize, b: usize) -> bool {
+        self.blocks
+            .iter()
+            .all(|bl| Arc::ptr_eq(bl.rope.for_context(a), bl.rope.for_context(b)))
+    }
+
     fn device_bytes(&self) -> u64 {
         let lin = |l: &Linear| l.weight.device_bytes() + l.bias.as_ref().map_or(0, |b| b.size());
         let mut total =

@@ -78,4 +78,12 @@ pub trait GenerativeModel: Send + Sync {
 
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
+
+    /// Whether sequences of context sizes `a` and `b` encode positions the
+    /// same way, so they can share a forward pass (LongRoPE models pick
+    /// their rope factors by the context size).
+    fn same_rope(&self, a: usize, b: usize) -> bool {
+        let _ = (a, b);
+        true
+    }
 }

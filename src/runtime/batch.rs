@@ -36,9 +36,9 @@ pub struct BatchRunner {
     page_table: Option<Arc<Buffer>>,
     /// Per token, the start of its sequence's table in `page_table` (i32).
     seq_base: Option<Arc<Buffer>>,
-    /// Recorded decode steps by number of sequences, valid for `pool` and
-    /// the buffers above.
-    steps: HashMap<usize, Recording>,
+    /// Recorded decode steps by number of sequences and context size (which
+    /// picks LongRoPE factors), valid for `pool` and the buffers above.
+    steps: HashMap<(usize, usize), Recording>,
     pool: Option<Arc<PagePool>>,
 }
 
@@ -116,6 +116,16 @@ impl BatchRunner {
                     )));
                 }
                 Some(_) => {}
+            }
+            if !self.model.same_rope(s.n_ctx(), sessions[0].n_ctx()) {
+                return Err(at(ModelError::invalid(
+                    "sessions",
+                    format!(
+                        "n_ctx {} selects other rope factors than session 0's {}",
+                        s.n_ctx(),
+                        sessions[0].n_ctx()
+                    ),
+                )));
             }
             s.check_tokens(list).map_err(at)?;
         }
@@ -268,10 +278,12 @@ impl BatchRunner {
         seq_base.write_slice(0, &base)?;
         page_table.write_slice(0, &table)?;
 
+        let n_ctx = sessions[segs[0].session].n_ctx();
         let view = PagedBatchView {
             pool,
             page_table,
             seq_base,
+            n_ctx,
         };
         let decode = segs.iter().all(|s| s.len == 1);
         let model = self.model.clone();
@@ -290,7 +302,7 @@ impl BatchRunner {
             }
         };
         if decode {
-            let step = match self.steps.entry(n_tok) {
+            let step = match self.steps.entry((n_tok, n_ctx)) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
                     let mut rec = Recording::new(model.context(), false)?;
