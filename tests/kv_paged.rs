@@ -371,3 +371,70 @@ fn batches_need_paged_sessions_of_one_pool_and_model() {
     runner.decode(&mut [&mut p], &[1]).expect("a batch of one");
     assert_eq!(p.len(), 1);
 }
+
+/// A tiny Mistral-style model: every layer attends to the last `window` positions.
+fn tiny_windowed(seed: u64, window: usize) -> Arc<dyn GenerativeModel> {
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.arch = "mistral".into();
+    cfg.seed = seed;
+    cfg.sliding_window = window;
+    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
+    ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .expect("load")
+}
+
+#[test]
+fn rewinding_a_sliding_window_ring_past_what_it_holds_reevaluates() {
+    let mut rng = Rng::fresh("ring_rewind");
+    let model = tiny_windowed(rng.next_u64(), 8);
+    let n_vocab = model.spec().n_vocab;
+    let opts = SessionOptions {
+        n_ctx: 64,
+        n_batch: 4,
+        ..Default::default()
+    };
+    // Rings of window + batch = 12 rows instead of 64.
+    let mut s = Session::new(model.clone(), &opts).expect("session");
+    assert!(
+        s.cache_bytes()
+            < Session::new(
+                model.clone(),
+                &SessionOptions {
+                    n_ctx: 64,
+                    n_batch: 64,
+                    ..opts.clone()
+                }
+            )
+            .expect("session")
+            .cache_bytes()
+    );
+    let toks = tokens(&mut rng, 40, n_vocab);
+    s.prefill(&toks).expect("prefill");
+    for n_keep in [38, 37, 20, 5, 0] {
+        s.rewind(n_keep).expect("rewind");
+        assert_eq!(s.tokens(), &toks[..n_keep]);
+        let t = rng.below(n_vocab) as u32;
+        s.decode(t).expect("decode");
+        // A fresh session that evaluated the same tokens: a window of 8 on a
+        // cache large enough never to wrap.
+        let mut want = Session::new(
+            model.clone(),
+            &SessionOptions {
+                n_ctx: 64,
+                n_batch: 64,
+                ..Default::default()
+            },
+        )
+        .expect("session");
+        if n_keep > 0 {
+            want.prefill(&toks[..n_keep]).expect("prefill");
+        }
+        want.decode(t).expect("decode");
+        let d = rel_diff(s.logits(), want.logits());
+        assert!(d <= 1e-5, "rewind to {n_keep}: differs by {d}");
+        // Back to the full prompt for the next case.
+        s.rewind(n_keep).expect("rewind");
+        s.prefill(&toks[n_keep..]).expect("refill");
+    }
+}

@@ -30,6 +30,7 @@ fn synth(n_embd: usize, n_ff: usize, n_layer: usize, tied: bool) -> GgufFile {
         tied,
         qtype: QuantType::F32,
         seed: 7,
+        sliding_window: 0,
     };
     let w = synth_gguf(&cfg).expect("synthetic model");
     GgufFile::from_bytes(w.to_bytes()).expect("synthetic model parses")

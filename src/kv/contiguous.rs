@@ -150,10 +150,16 @@ impl KVCache for ContiguousKVCache {
         self.pending = 0;
     }
 
-    fn truncate(&mut self, n_keep: usize) -> Result<()> {
+    fn truncate(&mut self, n_keep: usize) -> Result<usize> {
         self.check_len(n_keep)?;
-        self.len = n_keep;
-        Ok(())
+        // A ring of `ring` rows holds positions len - ring .. len - 1; the
+        // next query (position n_keep) reads the window before it.
+        let intact = self.layers.iter().zip(&self.geometry).all(|(l, g)| {
+            l.ring == 0 || (n_keep + 1).saturating_sub(g.window) + l.ring >= self.len
+        });
+        self.len = if intact { n_keep } else { 0 };
+        self.pending = 0;
+        Ok(self.len)
     }
 
     fn fork(&self) -> Result<Box<dyn KVCache>> {

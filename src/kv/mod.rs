@@ -132,11 +132,15 @@ pub trait KVCache: KvAttention + Send {
     fn reserve(&mut self, n: usize) -> Result<()>;
     /// Marks `n` more positions as filled (after a forward pass stored them).
     fn commit(&mut self, n: usize);
-    /// Forgets every position from `n_keep` on.
+    /// Forgets every position from `n_keep` on, and returns how many
+    /// positions it now holds: `n_keep`, or fewer (then 0) when a
+    /// sliding-window ring has overwritten rows that the kept positions'
+    /// successors would attend to — the caller evaluates the kept tokens
+    /// again from there.
     ///
     /// # Errors
     /// `n_keep` beyond the current length.
-    fn truncate(&mut self, n_keep: usize) -> Result<()>;
+    fn truncate(&mut self, n_keep: usize) -> Result<usize>;
     /// A new cache holding the same positions: a copy of the rows, or for a
     /// paged cache the same pages, shared until written.
     ///

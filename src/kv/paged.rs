@@ -455,7 +455,7 @@ impl KVCache for PagedKVCache {
         self.pool.adjust(0, n as isize);
     }
 
-    fn truncate(&mut self, n_keep: usize) -> Result<()> {
+    fn truncate(&mut self, n_keep: usize) -> Result<usize> {
         if n_keep > self.len {
             return Err(ModelError::invalid(
                 "n_keep",
@@ -466,7 +466,8 @@ impl KVCache for PagedKVCache {
         self.len = n_keep;
         self.pending = 0;
         self.shrink_to(n_keep);
-        self.upload_table()
+        self.upload_table()?;
+        Ok(n_keep)
     }
 
     fn fork(&self) -> Result<Box<dyn KVCache>> {

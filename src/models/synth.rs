@@ -41,6 +41,9 @@ pub struct SynthConfig {
     pub qtype: QuantType,
     /// Random seed.
     pub seed: u64,
+    /// `attention.sliding_window` (0: not written). Sliding on every layer
+    /// for `mistral`, on the local layers for `gemma3`.
+    pub sliding_window: usize,
 }
 
 impl SynthConfig {
@@ -62,6 +65,7 @@ impl SynthConfig {
             tied,
             qtype,
             seed: 1,
+            sliding_window: 0,
         };
         Ok(match name {
             "tiny" => SynthConfig {
@@ -198,6 +202,9 @@ pub fn synth_gguf(cfg: &SynthConfig) -> Result<GgufWriter> {
     w.add("general.architecture", a)?;
     w.add("general.name", format!("combs-synth-{a}-{}", t.name()))?;
     w.add(k("context_length"), cfg.n_ctx as u32)?;
+    if cfg.sliding_window > 0 {
+        w.add(k("attention.sliding_window"), cfg.sliding_window as u32)?;
+    }
     w.add(k("embedding_length"), cfg.n_embd as u32)?;
     w.add(k("block_count"), cfg.n_layer as u32)?;
     w.add(k("feed_forward_length"), cfg.n_ff as u32)?;

@@ -328,10 +328,14 @@ impl Session {
         Ok(())
     }
 
-    /// Keeps the first `n_keep` positions and forgets the rest.
+    /// Keeps the first `n_keep` positions and forgets the rest. Where a
+    /// sliding-window layer's ring already overwrote rows the kept positions
+    /// need (a rewind further back than one batch on a windowed cache), the
+    /// kept tokens are evaluated again; the logits are then those of the last
+    /// kept token.
     ///
     /// # Errors
-    /// `n_keep` past the current length.
+    /// `n_keep` past the current length; device errors while re-evaluating.
     pub fn rewind(&mut self, n_keep: usize) -> Result<()> {
         if n_keep > self.tokens.len() {
             return Err(ModelError::invalid(
@@ -339,8 +343,12 @@ impl Session {
                 format!("{n_keep} is past the {} positions held", self.tokens.len()),
             ));
         }
-        self.cache.truncate(n_keep)?;
-        self.tokens.truncate(n_keep);
+        let intact = self.cache.truncate(n_keep)?;
+        let redo = self.tokens[intact..n_keep].to_vec();
+        self.tokens.truncate(intact);
+        if !redo.is_empty() {
+            self.prefill(&redo)?;
+        }
         Ok(())
     }
 
