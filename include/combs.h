@@ -111,12 +111,17 @@ typedef struct combs_session_options {
 typedef struct combs_page_stats {
   // Rows (positions) per page.
   uint32_t page_size;
-  // Pages in the pool.
+  // Pages of the full-attention layers in the pool.
   uint32_t pages_total;
-  // Pages referenced by at least one session.
+  // Those referenced by at least one session.
   uint32_t pages_used;
   // Pages free to take.
   uint32_t pages_free;
+  // Pages of the sliding-window layers' rings (0 for models without such
+  // layers): each session holds at most window + 512 rows of them.
+  uint32_t window_pages_total;
+  // Those referenced by at least one session.
+  uint32_t window_pages_used;
   // Live sessions drawing on the pool.
   uint32_t sequences;
   // Positions held, summed over those sessions (a shared prompt counts

@@ -438,3 +438,131 @@ fn rewinding_a_sliding_window_ring_past_what_it_holds_reevaluates() {
         s.prefill(&toks[n_keep..]).expect("refill");
     }
 }
+
+/// A tiny windowed model of `arch` with `n_layer` layers (Gemma 3: every
+/// sixth layer global).
+fn tiny_windowed_of(
+    arch: &str,
+    seed: u64,
+    window: usize,
+    n_layer: usize,
+) -> Arc<dyn GenerativeModel> {
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.arch = arch.into();
+    cfg.seed = seed;
+    cfg.sliding_window = window;
+    cfg.n_layer = n_layer;
+    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
+    ModelRegistry::new()
+        .load(&gpu(), &g, &LoadOptions::default())
+        .expect("load")
+}
+
+#[test]
+fn paged_sliding_window_layers_keep_only_a_ring() {
+    let mut rng = Rng::fresh("paged_rings");
+    for (arch, n_layer) in [("mistral", 2), ("gemma3", 6)] {
+        let model = tiny_windowed_of(arch, rng.next_u64(), 8, n_layer);
+        let n_vocab = model.spec().n_vocab;
+        let n_ctx = 1100;
+        // Past the ring (8 + 512 rows): positions wrap around it.
+        let toks = tokens(&mut rng, 600, n_vocab);
+        // Reference: a contiguous cache holding every row.
+        let mut want = Session::new(
+            model.clone(),
+            &SessionOptions {
+                n_ctx,
+                n_batch: 64,
+                ..Default::default()
+            },
+        )
+        .expect("session");
+        want.prefill(&toks).expect("prefill");
+        let mut s = paged(&model, n_ctx, 4, 0);
+        s.prefill(&toks).expect("paged prefill");
+        assert!(
+            rel_diff(s.logits(), want.logits()) <= 1e-6,
+            "{arch}: prefill"
+        );
+        let st = s.page_stats().expect("stats");
+        // Rings of window + 512 rows in pages of 4; full layers keep every position.
+        assert_eq!(st.window_pages_used, 520 / 4, "{arch}: {st:?}");
+        assert_eq!(st.pages_used, 600 / 4, "{arch}: {st:?}");
+        assert!(st.bytes_used > 0);
+        for _ in 0..6 {
+            let t = argmax(want.logits());
+            want.decode(t).expect("decode");
+            s.decode(t).expect("paged decode");
+            assert!(
+                rel_diff(s.logits(), want.logits()) <= 1e-6,
+                "{arch}: decode"
+            );
+        }
+        // A fork shares the rings; its writes copy only the ring page it writes.
+        let mut f = s.fork().expect("fork");
+        let before = s.page_stats().expect("stats").window_pages_used;
+        f.decode(3).expect("fork decode");
+        assert_eq!(s.page_stats().expect("stats").window_pages_used, before + 1);
+        let mut w2 = Session::new(
+            model.clone(),
+            &SessionOptions {
+                n_ctx,
+                n_batch: 64,
+                ..Default::default()
+            },
+        )
+        .expect("session");
+        w2.prefill(want.tokens()).expect("prefill");
+        w2.decode(3).expect("decode");
+        assert!(rel_diff(f.logits(), w2.logits()) <= 1e-5, "{arch}: fork");
+        // Rewinding within what the ring holds, then further than it holds.
+        for n_keep in [598, 10] {
+            s.rewind(n_keep).expect("rewind");
+            s.decode(5).expect("decode");
+            let mut w3 = Session::new(
+                model.clone(),
+                &SessionOptions {
+                    n_ctx,
+                    n_batch: 64,
+                    ..Default::default()
+                },
+            )
+            .expect("session");
+            w3.prefill(&s.tokens()[..n_keep]).expect("prefill");
+            w3.decode(5).expect("decode");
+            assert!(
+                rel_diff(s.logits(), w3.logits()) <= 1e-5,
+                "{arch}: rewind {n_keep}"
+            );
+        }
+    }
+}
+
+#[test]
+fn batches_of_windowed_sequences_read_their_own_rings() {
+    let mut rng = Rng::fresh("batched_rings");
+    let model = tiny_windowed_of("gemma3", rng.next_u64(), 8, 6);
+    let n_vocab = model.spec().n_vocab;
+    let prompts: Vec<Vec<u32>> = [30, 530, 5, 700]
+        .iter()
+        .map(|&n| tokens(&mut rng, n, n_vocab))
+        .collect();
+    let mut ss: Vec<Session> = prompts.iter().map(|_| paged(&model, 1024, 16, 0)).collect();
+    let mut runner = BatchRunner::new(model.clone());
+    {
+        let mut refs: Vec<&mut Session> = ss.iter_mut().collect();
+        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        runner.prefill(&mut refs, &views).expect("batched prefill");
+    }
+    for _ in 0..3 {
+        let next: Vec<u32> = ss.iter().map(|s| argmax(s.logits())).collect();
+        let mut refs: Vec<&mut Session> = ss.iter_mut().collect();
+        runner.decode(&mut refs, &next).expect("batched decode");
+    }
+    for (i, s) in ss.iter().enumerate() {
+        let mut want = contiguous(&model, 1024);
+        want.prefill(s.tokens()).expect("alone");
+        let d = rel_diff(s.logits(), want.logits());
+        assert!(d <= 1e-3, "sequence {i}: differs by {d}");
+    }
+}

@@ -401,12 +401,17 @@ pub unsafe extern "C" fn combs_session_fork(
 pub struct combs_page_stats {
     /// Rows (positions) per page.
     pub page_size: u32,
-    /// Pages in the pool.
+    /// Pages of the full-attention layers in the pool.
     pub pages_total: u32,
-    /// Pages referenced by at least one session.
+    /// Those referenced by at least one session.
     pub pages_used: u32,
     /// Pages free to take.
     pub pages_free: u32,
+    /// Pages of the sliding-window layers' rings (0 for models without such
+    /// layers): each session holds at most window + 512 rows of them.
+    pub window_pages_total: u32,
+    /// Those referenced by at least one session.
+    pub window_pages_used: u32,
     /// Live sessions drawing on the pool.
     pub sequences: u32,
     /// Positions held, summed over those sessions (a shared prompt counts
@@ -448,6 +453,8 @@ pub unsafe extern "C" fn combs_session_page_stats(
             pages_total: n32(st.pages_total),
             pages_used: n32(st.pages_used),
             pages_free: n32(st.pages_free),
+            window_pages_total: n32(st.window_pages_total),
+            window_pages_used: n32(st.window_pages_used),
             sequences: n32(st.sequences),
             tokens: st.tokens as u64,
             bytes_total: st.bytes_total,

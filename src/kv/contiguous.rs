@@ -134,6 +134,10 @@ impl KVCache for ContiguousKVCache {
         self.len
     }
 
+    fn max_call_tokens(&self) -> usize {
+        self.max_batch
+    }
+
     fn reserve(&mut self, n: usize) -> Result<()> {
         if self.len + n > self.n_ctx {
             return Err(ModelError::ContextFull {

@@ -121,6 +121,11 @@ pub trait KVCache: KvAttention + Send {
     fn kind(&self) -> CacheKind;
     /// Positions currently held.
     fn len(&self) -> usize;
+    /// Most positions one forward call may add (sliding-window rings hold
+    /// the window plus this many rows).
+    fn max_call_tokens(&self) -> usize {
+        usize::MAX
+    }
     /// Whether no position is held.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -503,12 +503,10 @@ impl GenerativeModel for LlamaModel {
             )?)),
             crate::kv::CacheKind::Paged => {
                 let geometry = self.layer_geometry();
-                let pool = self
-                    .pools
-                    .get_or_create(&self.ctx, &geometry, cfg.page_size, || {
-                        if cfg.pool_pages > 0 {
-                            return cfg.pool_pages;
-                        }
+                let pool = self.pools.get_or_create(cfg.page_size, || {
+                    let n_pages = if cfg.pool_pages > 0 {
+                        cfg.pool_pages
+                    } else {
                         let budget = self.ctx.caps().device_local_bytes / 4;
                         PagePool::pages_for(
                             &self.ctx,
@@ -517,7 +515,12 @@ impl GenerativeModel for LlamaModel {
                             cfg.n_ctx.max(16384),
                             budget,
                         )
-                    })?;
+                    };
+                    // Sliding-window rings for as many sequences as the full
+                    // pages hold contexts of this size, and at least 8.
+                    let n_rings = (n_pages * cfg.page_size / cfg.n_ctx.max(1)).max(8);
+                    PagePool::new(&self.ctx, &geometry, cfg.page_size, n_pages, n_rings)
+                })?;
                 Ok(Box::new(PagedKVCache::new(
                     &pool,
                     cfg.n_ctx,

@@ -36,6 +36,10 @@ pub struct BatchRunner {
     page_table: Option<Arc<Buffer>>,
     /// Per token, the start of its sequence's table in `page_table` (i32).
     seq_base: Option<Arc<Buffer>>,
+    /// The sliding-window ring tables of a pass's sequences (i32).
+    ring_table: Option<Arc<Buffer>>,
+    /// Per token, the start of its sequence's table in `ring_table` (i32).
+    ring_base: Option<Arc<Buffer>>,
     /// Recorded decode steps by number of sequences and context size (which
     /// picks LongRoPE factors), valid for `pool` and the buffers above.
     steps: HashMap<(usize, usize), Recording>,
@@ -50,6 +54,8 @@ impl BatchRunner {
             scratch: None,
             page_table: None,
             seq_base: None,
+            ring_table: None,
+            ring_base: None,
             steps: HashMap::new(),
             pool: None,
         }
@@ -153,7 +159,9 @@ impl BatchRunner {
                 if left == 0 || n_tok == MAX_PASS_TOKENS || segs.len() == rows_cap {
                     continue;
                 }
-                let len = left.min(MAX_PASS_TOKENS - n_tok);
+                let len = left
+                    .min(MAX_PASS_TOKENS - n_tok)
+                    .min(sessions[i].cache().max_call_tokens());
                 segs.push(Segment {
                     session: i,
                     start: done[i],
@@ -183,8 +191,9 @@ impl BatchRunner {
     }
 
     /// Grows the scratch and tables to hold `n_tok` tokens, `n_rows` logit
-    /// rows and `n_pages` table entries; growth drops the recorded steps.
-    fn ensure(&mut self, n_tok: usize, n_rows: usize, n_pages: usize) -> Result<()> {
+    /// rows, `n_pages` page-table and `n_ring` ring-table entries; growth
+    /// drops the recorded steps.
+    fn ensure(&mut self, n_tok: usize, n_rows: usize, n_pages: usize, n_ring: usize) -> Result<()> {
         let ctx = self.model.context().clone();
         let fits = self
             .scratch
@@ -204,6 +213,26 @@ impl BatchRunner {
                 4 * tok.max(n_tok) as u64,
                 MemoryKind::Upload,
                 "batch seq base",
+            )?);
+            self.ring_base = Some(Buffer::new(
+                &ctx,
+                4 * tok.max(n_tok) as u64,
+                MemoryKind::Upload,
+                "batch ring base",
+            )?);
+        }
+        if self
+            .ring_table
+            .as_ref()
+            .is_none_or(|b| (b.size() / 4) < n_ring as u64)
+        {
+            self.steps.clear();
+            let cap = n_ring.next_power_of_two().max(64);
+            self.ring_table = Some(Buffer::new(
+                &ctx,
+                4 * cap as u64,
+                MemoryKind::Upload,
+                "batch ring table",
             )?);
         }
         if self
@@ -246,17 +275,20 @@ impl BatchRunner {
         let mut ids = Vec::with_capacity(n_tok);
         let mut pos = Vec::with_capacity(n_tok);
         let mut base = Vec::with_capacity(n_tok);
+        let mut rbase = Vec::with_capacity(n_tok);
         let mut table: Vec<u32> = Vec::new();
+        let mut rtable: Vec<u32> = Vec::new();
         for sg in segs {
             let s = &sessions[sg.session];
-            let pages = s
+            let paged = s
                 .cache()
                 .as_paged()
-                .map(|p| p.pages())
                 .ok_or_else(|| ModelError::Internal("batched session lost its pages".into()))?;
-            let b = i32::try_from(table.len())
-                .map_err(|_| ModelError::Internal("page table too long".into()))?;
-            table.extend_from_slice(pages);
+            let too_long = |_| ModelError::Internal("page table too long".into());
+            let b = i32::try_from(table.len()).map_err(too_long)?;
+            let rb = i32::try_from(rtable.len()).map_err(too_long)?;
+            table.extend_from_slice(paged.pages());
+            rtable.extend_from_slice(paged.ring_pages());
             let p0 = s.len();
             for (j, &t) in lists[sg.session][sg.start..sg.start + sg.len]
                 .iter()
@@ -265,24 +297,33 @@ impl BatchRunner {
                 ids.push(t as i32);
                 pos.push((p0 + j) as i32);
                 base.push(b);
+                rbase.push(rb);
             }
         }
-        self.ensure(n_tok, segs.len(), table.len())?;
-        let (Some(scratch), Some(page_table), Some(seq_base)) =
-            (&self.scratch, &self.page_table, &self.seq_base)
-        else {
+        self.ensure(n_tok, segs.len(), table.len(), rtable.len())?;
+        let (Some(scratch), Some(page_table), Some(seq_base), Some(ring_table), Some(ring_base)) = (
+            &self.scratch,
+            &self.page_table,
+            &self.seq_base,
+            &self.ring_table,
+            &self.ring_base,
+        ) else {
             return Err(ModelError::Internal("batch buffers missing".into()));
         };
         scratch.ids.write_slice(0, &ids)?;
         scratch.positions.write_slice(0, &pos)?;
         seq_base.write_slice(0, &base)?;
         page_table.write_slice(0, &table)?;
+        ring_base.write_slice(0, &rbase)?;
+        ring_table.write_slice(0, &rtable)?;
 
         let n_ctx = sessions[segs[0].session].n_ctx();
         let view = PagedBatchView {
             pool,
             page_table,
             seq_base,
+            ring_table,
+            ring_base,
             n_ctx,
         };
         let decode = segs.iter().all(|s| s.len == 1);

@@ -130,6 +130,11 @@ impl Session {
         self.cache.device_bytes()
     }
 
+    /// Most tokens one forward call evaluates.
+    fn chunk_len(&self) -> usize {
+        self.n_batch.min(self.cache.max_call_tokens()).max(1)
+    }
+
     /// Usage of the page pool of a paged session (`None` for a contiguous one).
     pub fn page_stats(&self) -> Option<PageStats> {
         self.cache.page_stats()
@@ -210,13 +215,13 @@ impl Session {
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
         self.check_tokens(tokens)?;
         let start = self.tokens.len();
-        let multi = tokens.len() > self.n_batch;
+        let multi = tokens.len() > self.chunk_len();
         let saved = if multi {
             self.logits.clone()
         } else {
             Vec::new()
         };
-        for chunk in tokens.chunks(self.n_batch) {
+        for chunk in tokens.chunks(self.chunk_len()) {
             if let Err(e) = self.forward_chunk(chunk, None) {
                 // A prompt is evaluated whole or not at all (e.g. when the
                 // page pool runs out part way through a long one).
@@ -240,7 +245,7 @@ impl Session {
         let n_vocab = self.model.spec().n_vocab;
         let mut out = vec![0.0f32; tokens.len() * n_vocab];
         let mut done = 0;
-        for chunk in tokens.chunks(self.n_batch) {
+        for chunk in tokens.chunks(self.chunk_len()) {
             let dst = &mut out[done * n_vocab..(done + chunk.len()) * n_vocab];
             self.forward_chunk(chunk, Some(dst))?;
             done += chunk.len();
