@@ -123,7 +123,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.json {
         let prof: Vec<String> = profiles
             .iter()
-            .map(|(shape, rows)| {
+            .map(|(shape, _, rows)| {
                 let r: Vec<String> = rows
                     .iter()
                     .map(|(k, ms)| format!("{{\"kernel\":\"{k}\",\"ms\":{ms:.4}}}"))
@@ -170,10 +170,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_gen
         )?;
     }
-    for (shape, rows) in &profiles {
+    for (shape, (dispatches, barriers), rows) in &profiles {
         writeln!(
             out,
-            "\nGPU time of one forward pass of {shape} token(s), by kernel:"
+            "\nGPU time of one forward pass of {shape} token(s) ({dispatches} dispatches, \
+             {barriers} barriers), by kernel:"
         )?;
         let total: f64 = rows.iter().map(|(_, ms)| ms).sum();
         for (k, ms) in rows {
@@ -188,7 +189,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
-type Profile = Vec<(usize, Vec<(String, f64)>)>;
+/// Per forward pass: tokens, (dispatches, barriers), GPU ms per kernel.
+type Profile = Vec<(usize, (usize, usize), Vec<(String, f64)>)>;
 
 /// GPU time per kernel of one forward pass of `n_prompt` tokens and of one decode token.
 fn profile(
@@ -220,7 +222,7 @@ fn profile(
             .into_iter()
             .map(|(k, ns)| (k, ns / 1e6))
             .collect();
-        out.push((n, rows));
+        out.push((n, (rec.n_dispatches(), rec.n_barriers()), rows));
     }
     Ok(out)
 }
