@@ -322,6 +322,19 @@ fn matvec_folded_norm_matches_ref() {
         true,
         None,
     );
+    // the 8B shape: 8 rows per group of 64
+    for t in [QuantType::Q4_0, QuantType::Q4K] {
+        check_matvec_folded(
+            t,
+            1029,
+            4096,
+            Some(NormFlavor::Plain),
+            None,
+            true,
+            true,
+            Some((64, 8)),
+        );
+    }
 }
 
 #[test]

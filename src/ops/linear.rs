@@ -105,17 +105,19 @@ fn rows_tiling(n: usize) -> (usize, usize) {
 /// (invocations per row group, rows per group) of `matvec.comp` for a weight
 /// of `rows` × `cols` on a device with subgroups of `sg` (1: unknown).
 /// Large matrices share each load of x across several rows while still giving
-/// every SM several workgroups. Measured on the H200, tg128 (same shape for
-/// every matrix): llama-8b q4_0 75 tok/s with (32, 1), 89 (32, 2), 107
-/// (32, 4), 61 (16, 8), 113 (64, 4), 114 (128, 4); q4_k 90 (32, 4), 97
-/// (64, 4), 83 (128, 4); llama-1b q4_0 377 (32, 4), 395 (64, 4) against 405
-/// with this choice, which gives its 2048-row matrices 2 rows per group.
+/// every SM several workgroups. Measured on the H200 with one shape for every
+/// matrix, llama-8b (all its matrices 4096+ × 4096+), tg64: q4_0 (32, 4) 152
+/// tok/s, (128, 4) 167, (64, 8) 188, against 166 (tg128) with (64, 4); q4_k
+/// (32, 4) 125, (128, 4) 110, (64, 8) 145, against 131 with (64, 4).
+/// llama-1b q4_0 (before the row loop lost its per-row branch): (32, 4) 377,
+/// (64, 4) 395, and 405 with the rows rule below, which gives its 2048-row
+/// matrices 2 rows per group.
 fn matvec_shape(sg: u32, rows: usize, cols: usize) -> (u32, u32) {
     if sg <= 1 {
         return (32, 1);
     }
     if rows >= 4096 && cols >= 4096 && sg <= 64 {
-        return (64, 4);
+        return (64, 8);
     }
     let tpr = sg.min(32);
     let nr = if rows >= 8192 {
