@@ -1,18 +1,27 @@
 #version 450
 // attention: O[n, h] = softmax(scale * Q[n, h] . K^T + mask) V for each token
 // n and head h, reading an f16 KV cache through a slot table and never
-// materializing the score matrix: keys are processed in tiles of the
-// workgroup size with an online softmax (running max and sum).
+// materializing the score matrix. One workgroup per (token, head), for few
+// query tokens (decode): the workgroup's invocations form G = WG / DS key
+// groups of DS invocations (each owning DPL = head_dim / DS dimensions);
+// group g walks keys lo + g, lo + g + G, ... with its own online softmax
+// (running max, sum and output in registers), so the keys are split G ways
+// and every load of a key row is wide and independent of the others; the G
+// partial softmaxes are merged through shared memory at the end.
 //
 // Token n sees the keys at positions [lo, pos[n]] where lo = pos[n] - window + 1
 // for sliding-window layers and 0 otherwise. Key at position j lives in the
-// cache row kv_slot() finds through the token's sequence page table. Grouped-query attention: head h reads KV head h / (n_head / n_head_kv).
+// cache row kv_slot() finds through the token's sequence page table.
+// Grouped-query attention: head h reads KV head h / (n_head / n_head_kv).
 
+#extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
-#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32;
+layout(constant_id = 2) const uint DS = 4;     // invocations per key group (power of two <= SUBGROUP)
+layout(constant_id = 3) const uint DPL = 16;   // head_dim / DS (even): dims per invocation
 
 layout(binding = 0) readonly buffer Q { float data_q[]; };
 layout(binding = 1) readonly buffer K { uint data_k[]; };
@@ -26,7 +35,7 @@ layout(push_constant) uniform Params {
     uint n_tokens;
     uint n_head;
     uint n_head_kv;
-    uint head_dim;    // even, at most MAX_HEAD_DIM
+    uint head_dim;    // DS * DPL
     uint ld_q;
     uint q_offset;
     uint ld_o;
@@ -38,13 +47,12 @@ layout(push_constant) uniform Params {
     uint ring;        // 0, or the ring size of a window-only cache
 } p;
 
-#define MAX_HEAD_DIM 256
-
-#include "common/reduce.glsl"
 #include "common/kv_slot.glsl"
 
-shared float sq[MAX_HEAD_DIM];
-shared float sp[gl_WorkGroupSize.x];
+const uint G = gl_WorkGroupSize.x / DS;
+shared float s_m[G];
+shared float s_l[G];
+shared float s_acc[G * DS * DPL];
 
 void main() {
     const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
@@ -54,68 +62,78 @@ void main() {
     const uint tok = wg / p.n_head;
     const uint h = wg % p.n_head;
     const uint kvh = h / (p.n_head / p.n_head_kv);
-    const uint tid = gl_LocalInvocationID.x;
-    const uint wgs = gl_WorkGroupSize.x;
-    const uint hd = p.head_dim;
-    const uint kv_row_words = p.n_head_kv * hd / 2u;
-    const uint kv_head_word = kvh * hd / 2u;
+    const uint lid = gl_LocalInvocationID.x;
+    const uint g = lid / DS;
+    const uint part = lid % DS;
+    const uint d0 = part * DPL;
+    const uint kv_row_words = p.n_head_kv * p.head_dim / 2u;
+    const uint head_word = (kvh * p.head_dim + d0) / 2u;
 
-    for (uint d = tid; d < hd; d += wgs) {
-        sq[d] = data_q[p.q_offset + tok * p.ld_q + h * hd + d];
+    float q[DPL];
+    float acc[DPL];
+    const uint qb = p.q_offset + tok * p.ld_q + h * p.head_dim + d0;
+    [[unroll]] for (uint i = 0u; i < DPL; i++) {
+        q[i] = data_q[qb + i];
+        acc[i] = 0.0;
     }
-    barrier();
 
     const int pos = data_pos[tok];
     const int lo = p.window > 0u ? max(0, pos - int(p.window) + 1) : 0;
     const int base = seq_base[tok];
 
-    // Each invocation owns output dims tid, tid + wgs, ... (at most 4 with hd 256, wgs 64).
-    float acc[MAX_HEAD_DIM / 32];
-    for (uint i = 0u; i < MAX_HEAD_DIM / 32; i++) {
-        acc[i] = 0.0;
-    }
     float m = -1.0 / 0.0;
     float l = 0.0;
-
-    for (int t0 = lo; t0 <= pos; t0 += int(wgs)) {
-        const int j = t0 + int(tid);
-        float s = -1.0 / 0.0;
-        if (j <= pos) {
-            const uint kb = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + kv_head_word;
-            float dot_ = 0.0;
-            for (uint d2 = 0u; d2 < hd / 2u; d2++) {
-                const vec2 k = unpackHalf2x16(data_k[kb + d2]);
-                dot_ += sq[2u * d2] * k.x + sq[2u * d2 + 1u] * k.y;
-            }
-            s = dot_ * p.scale;
-            if (p.softcap > 0.0) {
-                s = p.softcap * tanh(s / p.softcap);
-            }
+    // Every invocation of a key group runs the same iterations (shuffles).
+    for (int j = lo + int(g); j <= pos; j += int(G)) {
+        const uint row = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + head_word;
+        float dot_ = 0.0;
+        [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
+            const vec2 k = unpackHalf2x16(data_k[row + i / 2u]);
+            dot_ += q[i] * k.x + q[i + 1u] * k.y;
         }
-        const float tile_max = workgroup_max(s);
-        const float new_m = max(m, tile_max);
-        const float e = j <= pos ? exp(s - new_m) : 0.0;
-        const float tile_sum = workgroup_sum(e);
-        const float corr = exp(m - new_m);
-        l = l * corr + tile_sum;
-        m = new_m;
-        sp[tid] = e;
-        barrier();
-        const uint n_keys = uint(min(int(wgs), pos - t0 + 1));
-        uint i = 0u;
-        for (uint d = tid; d < hd; d += wgs, i++) {
-            float a = acc[i] * corr;
-            for (uint jj = 0u; jj < n_keys; jj++) {
-                const uint vb = kv_slot(base, t0 + int(jj), p.page_size, p.ring) * kv_row_words + kv_head_word;
-                const vec2 v = unpackHalf2x16(data_v[vb + d / 2u]);
-                a += sp[jj] * ((d & 1u) == 0u ? v.x : v.y);
-            }
-            acc[i] = a;
+        [[unroll]] for (uint off = 1u; off < DS; off <<= 1) {
+            dot_ += subgroupShuffleXor(dot_, off);
         }
-        barrier();
+        float s = dot_ * p.scale;
+        if (p.softcap > 0.0) {
+            s = p.softcap * tanh(s / p.softcap);
+        }
+        const float m_new = max(m, s);
+        const float corr = exp(m - m_new);
+        const float w = exp(s - m_new);
+        l = l * corr + w;
+        [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
+            const vec2 v = unpackHalf2x16(data_v[row + i / 2u]);
+            acc[i] = acc[i] * corr + w * v.x;
+            acc[i + 1u] = acc[i + 1u] * corr + w * v.y;
+        }
+        m = m_new;
     }
-    uint i = 0u;
-    for (uint d = tid; d < hd; d += wgs, i++) {
-        data_o[p.o_offset + tok * p.ld_o + h * hd + d] = acc[i] / l;
+
+    // Merge the key groups: rescale each to the overall max and sum.
+    if (part == 0u) {
+        s_m[g] = m;
+        s_l[g] = l;
+    }
+    [[unroll]] for (uint i = 0u; i < DPL; i++) {
+        s_acc[g * DS * DPL + d0 + i] = acc[i];
+    }
+    barrier();
+    float mm = -1.0 / 0.0;
+    for (uint i = 0u; i < G; i++) {
+        mm = max(mm, s_m[i]);
+    }
+    float ll = 0.0;
+    for (uint i = 0u; i < G; i++) {
+        ll += s_l[i] * exp(s_m[i] - mm);
+    }
+    // Invocation lid writes dims lid, lid + WG, ... of the head.
+    const uint ob = p.o_offset + tok * p.ld_o + h * p.head_dim;
+    for (uint d = lid; d < p.head_dim; d += gl_WorkGroupSize.x) {
+        float a = 0.0;
+        for (uint i = 0u; i < G; i++) {
+            a += s_acc[i * DS * DPL + d] * exp(s_m[i] - mm);
+        }
+        data_o[ob + d] = a / ll;
     }
 }

@@ -1,6 +1,7 @@
 #version 450
 // glu: d = act(g) * u elementwise for N tokens (SwiGLU with ACT_SILU, GeGLU
-// with ACT_GELU_TANH, llama.cpp ggml_silu / ggml_gelu numerics).
+// with ACT_GELU_TANH, llama.cpp ggml_silu / ggml_gelu numerics). g and u are
+// column slices, or interleaved (gate, up) pairs with step 2.
 
 layout(local_size_x_id = 0) in;
 
@@ -17,17 +18,16 @@ layout(push_constant) uniform Params {
     uint g_offset;
     uint u_offset;
     uint d_offset;
+    uint step;        // floats between consecutive columns of g and u (2: interleaved pairs)
 } p;
+
+#include "common/act.glsl"
 
 float act(float x) {
 #if defined(ACT_SILU)
-    return x / (1.0 + exp(-x));
+    return act_silu(x);
 #elif defined(ACT_GELU_TANH)
-    const float k = 0.7978845608028654; // sqrt(2 / pi)
-    const float inner = k * x * (1.0 + 0.044715 * x * x);
-    // tanh through exp keeps large |inner| finite on every driver.
-    const float t = 1.0 - 2.0 / (exp(2.0 * inner) + 1.0);
-    return 0.5 * x * (1.0 + t);
+    return act_gelu_tanh(x);
 #else
 #error "no ACT_* defined"
 #endif
@@ -41,7 +41,7 @@ void main() {
     }
     const uint tok = i / p.width;
     const uint c = i % p.width;
-    const float g = data_g[p.g_offset + tok * p.ld_g + c];
-    const float u = data_u[p.u_offset + tok * p.ld_u + c];
+    const float g = data_g[p.g_offset + tok * p.ld_g + c * p.step];
+    const float u = data_u[p.u_offset + tok * p.ld_u + c * p.step];
     data_d[p.d_offset + tok * p.ld_d + c] = act(g) * u;
 }

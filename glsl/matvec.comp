@@ -1,11 +1,27 @@
 #version 450
 // matvec: d[row] = A[row, :] . x for one token (decode), weights of any
-// DATA_A_* format dequantized on the fly in sub-blocks of 32. A group of TPR
-// invocations shares NR consecutive rows: each invocation loads a sub-block
-// of x once and applies it to all NR rows, so x is read from cache NR times
-// less often than the weights (at NR = 1 it outweighs them several times).
-// The workgroup covers (WG / TPR) * NR rows of one weight chunk.
-// Optional: accumulate into d (residual add) and add a bias.
+// DATA_A_* format dequantized on the fly. A group of TPR invocations shares
+// NR consecutive rows: each invocation loads a unit of x (32 columns, 64 for
+// Q4_K) once and applies it to all NR rows, so x is read from cache NR times
+// less often than the weights. The workgroup covers (WG / TPR) * NR rows of
+// one weight chunk.
+//
+// Q4_0, Q4_1, Q8_0 and Q4_K take a fast path that never converts an integer
+// to float (a quarter-rate instruction on NVIDIA, which bound the generic
+// path at 8B): each quant q lands in the top mantissa bits of 1.0f, giving
+// the exact float 1 + q / 2^b with one shift and one mask, and the dot
+// product sum(v * x) is corrected with the sum of x (see unit_dot).
+//
+// Optional, by p.flags:
+//   1: accumulate into d (residual add)      2: add bias[row]
+//   4: RMS norm folded into the input: x is the raw residual, the kernel uses
+//      x * norm_w / rms(x) (8: with (1 + norm_w)); the group's lanes cover the
+//      whole row of x, so the sum of squares comes with the loads of x.
+//  16: gated FFN: rows alternate gate, up; d[(row_offset + row) / 2] =
+//      act(gate) * up (32: GELU-tanh, else SiLU); needs NR even.
+//  64: rope (llama.cpp's normal layout, pairs of adjacent dims) on output rows
+//      below p.rope_rows, heads of p.head_dim, first p.n_rot dims of each,
+//      at position pos[0] (one token); needs NR even.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -13,82 +29,245 @@
 #extension GL_KHR_shader_subgroup_shuffle : enable
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint SUBGROUP = 32;
-layout(constant_id = 2) const uint TPR = 32;   // invocations per row, a power of two
-layout(constant_id = 3) const uint NR = 1;     // rows per group of TPR invocations
+layout(constant_id = 1) const uint SUBGROUP = 32; // 1: unknown, reduce through shared memory
+layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, a power of two
+layout(constant_id = 3) const uint NR = 1;        // rows per row group
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 layout(binding = 1) readonly buffer X { vec4 data_x[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
+layout(binding = 4) readonly buffer N { vec4 data_norm[]; };
+layout(binding = 5) readonly buffer P { int data_pos[]; };
+layout(binding = 6) readonly buffer F { float inv_freq[]; };
 
 layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32)
+    uint k;           // columns (a multiple of 32; of 256 for K-quants)
     uint m;           // rows in this chunk
     uint nb;          // blocks in this chunk
     uint row_offset;  // output index of the chunk's first row
     uint x_offset;    // vec4 index of the input vector
     uint d_offset;    // output index of row 0 of the whole weight
-    uint flags;       // 1: d += result, 2: add bias[row_offset + row]
+    uint flags;       // see above
+    float eps;        // of the folded RMS norm
+    uint rope_rows;   // output rows rotated (q and k heads)
+    uint head_dim;
+    uint n_rot;
+    float attn_factor;
 } p;
 
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
+#include "common/act.glsl"
 
-shared float partial[gl_WorkGroupSize.x];
+#if defined(DATA_A_Q4_K)
+#define USUBS 2       // 32-column sub-blocks per unit: both nibbles of 32 bytes
+#else
+#define USUBS 1
+#endif
+#define UVEC4 (8 * USUBS)
+
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K)
+#define FAST_PATH 1
+#endif
+
+#if FAST_PATH
+// 1 + n / 16 for the low (hi = 0) or high (hi = 1) nibble of each byte of w.
+vec4 nibbles_unit(uint w, const uint hi) {
+    const uvec4 s = hi == 0u ? uvec4(w << 19, w << 11, w << 3, w >> 5)
+                             : uvec4(w << 15, w << 7, w >> 1, w >> 9);
+    return uintBitsToFloat((s & 0x00780000u) | 0x3F800000u);
+}
+
+// 1 + u / 256 for each byte u of w.
+vec4 bytes_unit(uint w) {
+    const uvec4 s = uvec4(w << 15, w << 7, w >> 1, w >> 9);
+    return uintBitsToFloat((s & 0x007F8000u) | 0x3F800000u);
+}
+#endif
+
+// Contribution of unit u (of `units` per row) of row `row` against x values
+// xv; sx[i] = sum of the 32 x values of sub-block i of the unit.
+float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float sx[USUBS]) {
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1)
+    // Block = unit. Byte j holds column j (low nibble) and j + 16 (high).
+    const uint ib = row * units + u;
+    const uvec4 q = data_a4[ib];
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dot(nibbles_unit(q[i], 0u), xv[i]) + dot(nibbles_unit(q[i], 1u), xv[i + 4u]);
+    }
+    // s = sx + sum(q x) / 16
+    const float d = a_scale(p.nb, ib, 0u);
+#if defined(DATA_A_Q4_0)
+    return d * (16.0 * s - 24.0 * sx[0]);              // sum((q - 8) x) d
+#else
+    return d * 16.0 * (s - sx[0]) + a_scale(p.nb, ib, 1u) * sx[0];
+#endif
+#elif defined(DATA_A_Q8_0)
+    const uint ib = row * units + u;
+    const uvec4 q0 = data_a4[2u * ib] ^ uvec4(0x80808080u);
+    const uvec4 q1 = data_a4[2u * ib + 1u] ^ uvec4(0x80808080u);
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dot(bytes_unit(q0[i]), xv[i]) + dot(bytes_unit(q1[i]), xv[i + 4u]);
+    }
+    // s = sx + sum((q + 128) x) / 256
+    return a_scale(p.nb, ib, 0u) * (256.0 * s - 384.0 * sx[0]);
+#elif defined(DATA_A_Q4_K)
+    // Unit = 64 columns: byte l of the 32 at 32 * j64 holds column l of
+    // sub-block 2 j64 (low nibble) and of 2 j64 + 1 (high).
+    const uint ib = row * (units / 4u) + u / 4u;
+    const uint j64 = u % 4u;
+    const uint qw = (ib * PLANE0_WORDS + 8u * j64) / 4u;
+    const uvec4 q0 = data_a4[qw];
+    const uvec4 q1 = data_a4[qw + 1u];
+    float s0 = 0.0, s1 = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s0 += dot(nibbles_unit(q0[i], 0u), xv[i]) + dot(nibbles_unit(q1[i], 0u), xv[i + 4u]);
+        s1 += dot(nibbles_unit(q0[i], 1u), xv[i + 8u]) + dot(nibbles_unit(q1[i], 1u), xv[i + 12u]);
+    }
+    const uint sw = p.nb * PLANE0_WORDS + ib * PLANE1_WORDS;
+    const uvec2 sm0 = scale_min_k4(sw, 2u * j64);
+    const uvec2 sm1 = scale_min_k4(sw, 2u * j64 + 1u);
+    const float d = a_scale(p.nb, ib, 0u);
+    const float dmin = a_scale(p.nb, ib, 1u);
+    // w = dl q - ml; sum(q x) = 16 (s - sx)
+    const float dl0 = d * float(sm0.x), dl1 = d * float(sm1.x);
+    return dl0 * 16.0 * (s0 - sx[0]) - dmin * float(sm0.y) * sx[0]
+         + dl1 * 16.0 * (s1 - sx[1]) - dmin * float(sm1.y) * sx[1];
+#else
+    vec4 w[8];
+    dequant_sub32(p.nb, row * units + u, w);
+    float s = 0.0;
+    [[unroll]] for (uint j = 0u; j < 8u; j++) {
+        s += dot(w[j], xv[j]);
+    }
+    return s;
+#endif
+}
+
+// Shuffles reduce within runs of SG lanes; wider row groups go through shared memory.
+const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
+shared float red[gl_WorkGroupSize.x * (NR + 1u)];
 
 void main() {
     const uint rows_per_wg = (gl_WorkGroupSize.x / TPR) * NR;
     const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    const uint lane = gl_LocalInvocationID.x % TPR;
-    const uint row0 = wg * rows_per_wg + (gl_LocalInvocationID.x / TPR) * NR;
-    const uint subs = p.k / 32u;
+    const uint lid = gl_LocalInvocationID.x;
+    const uint lane = lid % TPR;
+    const uint row0 = wg * rows_per_wg + (lid / TPR) * NR;
+    const uint units = p.k / (32u * USUBS);
+    const bool norm = (p.flags & 4u) != 0u;
+    const bool norm1 = (p.flags & 8u) != 0u;
 
-    float acc[NR];
-    [[unroll]] for (uint r = 0u; r < NR; r++) {
+    // acc[NR]: the sum of squares of x for the folded norm.
+    float acc[NR + 1];
+    [[unroll]] for (uint r = 0u; r <= NR; r++) {
         acc[r] = 0.0;
     }
     if (row0 < p.m) {
-        for (uint s = lane; s < subs; s += TPR) {
-            const uint xb = p.x_offset + s * 8u;
-            vec4 xv[8];
-            [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                xv[j] = data_x[xb + j];
+        for (uint u = lane; u < units; u += TPR) {
+            const uint xb = u * UVEC4;
+            vec4 xv[UVEC4];
+            [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                xv[j] = data_x[p.x_offset + xb + j];
             }
-            [[unroll]] for (uint r = 0u; r < NR; r++) {
-                if (row0 + r < p.m) {
-                    vec4 w[8];
-                    dequant_sub32(p.nb, (row0 + r) * subs + s, w);
-                    [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                        acc[r] += dot(w[j], xv[j]);
+            if (norm) {
+                vec4 sq = vec4(0.0);
+                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                    sq += xv[j] * xv[j];
+                    vec4 nw = data_norm[xb + j];
+                    if (norm1) {
+                        nw += 1.0;
                     }
+                    xv[j] *= nw;
                 }
+                acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
+            }
+            float sx[USUBS];
+#if FAST_PATH
+            [[unroll]] for (uint h = 0u; h < USUBS; h++) {
+                vec4 t = vec4(0.0);
+                [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                    t += xv[8u * h + j];
+                }
+                sx[h] = (t.x + t.y) + (t.z + t.w);
+            }
+#else
+            sx[0] = 0.0;
+#endif
+            // No branch per row (rows past the chunk read its last row and
+            // are never stored): the loads of all NR rows go out together
+            // instead of one round trip to memory per row.
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                acc[r] += unit_dot(min(row0 + r, p.m - 1u), u, units, xv, sx);
             }
         }
     }
-    [[unroll]] for (uint r = 0u; r < NR; r++) {
-        float a = acc[r];
-        if (TPR <= SUBGROUP) {
-            // Row groups are aligned runs of TPR lanes inside one subgroup.
-            [[unroll]] for (uint off = TPR / 2u; off > 0u; off >>= 1) {
-                a += subgroupShuffleXor(a, off);
-            }
-        } else {
-            barrier();
-            partial[gl_LocalInvocationID.x] = a;
-            barrier();
-            for (uint off = TPR / 2u; off > 0u; off >>= 1) {
-                if (lane < off) {
-                    partial[gl_LocalInvocationID.x] += partial[gl_LocalInvocationID.x + off];
-                }
-                barrier();
-            }
-            a = partial[gl_LocalInvocationID.x];
+
+    [[unroll]] for (uint r = 0u; r <= NR; r++) {
+        [[unroll]] for (uint off = SG / 2u; off > 0u; off >>= 1) {
+            acc[r] += subgroupShuffleXor(acc[r], off);
         }
+    }
+    if (TPR > SG) {
+        // One partial per run of SG lanes, summed by the group's first lane.
+        if (lid % SG == 0u) {
+            [[unroll]] for (uint r = 0u; r <= NR; r++) {
+                red[(lid / SG) * (NR + 1u) + r] = acc[r];
+            }
+        }
+        barrier();
+        if (lane == 0u) {
+            [[unroll]] for (uint r = 0u; r <= NR; r++) {
+                float t = 0.0;
+                for (uint i = 0u; i < TPR / SG; i++) {
+                    t += red[(lid / SG + i) * (NR + 1u) + r];
+                }
+                acc[r] = t;
+            }
+        }
+    }
+    if (lane != 0u) {
+        return;
+    }
+    const float inv = norm ? inversesqrt(acc[NR] / float(p.k) + p.eps) : 1.0;
+    float v[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        v[r] = with_bias(row0 + r, acc[r] * inv);
+    }
+    if ((p.flags & 64u) != 0u) {
+        // The rope kernel's arithmetic, on the values it would have read.
+        [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
+            const uint o = p.row_offset + row0 + r;
+            const uint i = o % p.head_dim;
+            if (row0 + r + 1u < p.m && o < p.rope_rows && i < p.n_rot) {
+                const float theta = float(data_pos[0]) * inv_freq[i / 2u];
+                const float c = cos(theta) * p.attn_factor;
+                const float s = sin(theta) * p.attn_factor;
+                const float x0 = v[r], x1 = v[r + 1u];
+                v[r] = x0 * c - x1 * s;
+                v[r + 1u] = x0 * s + x1 * c;
+            }
+        }
+    }
+    if ((p.flags & 16u) != 0u) {
+        [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
+            const uint row = row0 + r;
+            if (row + 1u < p.m) {
+                const float g = v[r];
+                const float a = (p.flags & 32u) != 0u ? act_gelu_tanh(g) : act_silu(g);
+                data_d[p.d_offset + (p.row_offset + row) / 2u] = a * v[r + 1u];
+            }
+        }
+        return;
+    }
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
         const uint row = row0 + r;
-        if (lane == 0u && row < p.m) {
-            const uint o = p.d_offset + p.row_offset + row;
-            store_linear(o, row, a);
+        if (row < p.m) {
+            store_result(p.d_offset + p.row_offset + row, v[r]);
         }
     }
 }

@@ -1,6 +1,7 @@
 #version 450
 // rms_norm: d[row] = x[row] / sqrt(mean(x[row]^2) + eps) * w, one workgroup
-// per row (llama.cpp ggml_rms_norm followed by the weight multiply).
+// per row (llama.cpp ggml_rms_norm followed by the weight multiply). Rows may
+// come in groups (a token's heads inside a wider row): row = group g, member r.
 // Flags: 1: multiply by (1 + w) instead of w; 2: add the result into d
 // (residual after a post-norm); 4: no weight.
 
@@ -23,6 +24,9 @@ layout(push_constant) uniform Params {
     uint d_offset;
     float eps;
     uint flags;
+    uint group;       // rows per group (a token's heads)
+    uint ld_group_x;  // floats between groups of x
+    uint ld_group_d;  // floats between groups of d
 } p;
 
 #include "common/reduce.glsl"
@@ -32,8 +36,9 @@ void main() {
     if (row >= p.n_rows) {
         return;
     }
-    const uint xb = p.x_offset + row * p.ld_x;
-    const uint db = p.d_offset + row * p.ld_d;
+    const uint g = row / p.group, r = row % p.group;
+    const uint xb = p.x_offset + g * p.ld_group_x + r * p.ld_x;
+    const uint db = p.d_offset + g * p.ld_group_d + r * p.ld_d;
     float ss = 0.0;
     for (uint i = gl_LocalInvocationID.x; i < p.n_cols; i += gl_WorkGroupSize.x) {
         const float v = data_x[xb + i];

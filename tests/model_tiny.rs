@@ -1,6 +1,7 @@
 //! Tiny random-weight models written by the project's own GGUF writer, run
 //! through the GPU model (prefill in batches, then replayed decode steps) and
-//! through the CPU f64 reference forward: logits agree to 1e-3 relative.
+//! through the CPU f64 reference forward: logits agree to 1e-3 relative (2e-3
+//! for prefill through f16 cooperative matrices).
 //! Also the error paths: context full, token out of range, mis-shaped files.
 
 mod common;
@@ -12,6 +13,7 @@ use combs::formats::gguf::GgufFile;
 use combs::models::reference::ReferenceModel;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
+use combs::ops::linear::LinearVariant;
 use combs::quant::QuantType;
 use combs::runtime::{Session, SessionOptions};
 use common::{Rng, gpu};
@@ -66,11 +68,21 @@ fn check_against_reference(arch: &str, n_batch: usize) {
     let mut session = Session::new(model, &opts).expect("session");
     let all = session.prefill_all_logits(&prompt).expect("prefill");
     let n_vocab = cfg.n_vocab;
+    // Prefill through cooperative matrices rounds weights and activations to
+    // f16 (the linear op's own bound is 2e-3 there); f32 kernels elsewhere.
+    let prefill_tol = if LinearVariant::coop_available(&gpu()) {
+        2e-3
+    } else {
+        1e-3
+    };
     for (i, &t) in prompt.iter().enumerate() {
         let want = reference.step(t).expect("reference step");
         let got = &all[i * n_vocab..(i + 1) * n_vocab];
         let e = rel_err(got, &want);
-        assert!(e < 1e-3, "{arch}: prompt position {i}: relative error {e}");
+        assert!(
+            e < prefill_tol,
+            "{arch}: prompt position {i}: relative error {e}"
+        );
     }
     for step in 0..8 {
         let t = rng.below(n_vocab) as u32;

@@ -13,9 +13,12 @@ use combs::ops::attention::{
     record_attention_with, record_kv_store,
 };
 use combs::ops::get_rows::record_get_rows;
-use combs::ops::glu::{Activation, act_ref, record_glu};
-use combs::ops::linear::{LinearVariant, linear_ref, record_linear_with};
-use combs::ops::rms_norm::{NormFlavor, record_rms_norm, rms_norm_ref};
+use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
+use combs::ops::linear::{
+    LinearVariant, MatvecOptions, MatvecRope, NormInput, linear_ref, record_linear_with,
+    record_matvec,
+};
+use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
 use combs::quant::{DeviceLayout, QuantType, QuantWeight, dequantize_vec};
 use common::{Rng, gpu};
@@ -206,6 +209,305 @@ fn matmul_partial_tiles_bias_accumulate_matches_ref() {
     check_linear(QuantType::Q8_0, 65, 96, 33, true, true);
     check_linear(QuantType::Q4K, 3, 256, 2, true, false);
     check_linear(QuantType::F16, 130, 64, 65, false, true);
+}
+
+/// One matvec with folded steps against the CPU chain it replaces:
+/// rms_norm_ref, linear_ref (+ bias), and act_ref on (gate, up) row pairs.
+#[allow(clippy::too_many_arguments)]
+fn check_matvec_folded(
+    t: QuantType,
+    rows: usize,
+    cols: usize,
+    norm: Option<NormFlavor>,
+    glu: Option<Activation>,
+    bias: bool,
+    accumulate: bool,
+    shape: Option<(u32, u32)>,
+) {
+    let ctx = gpu();
+    let label = format!("matvec_folded_{}_{rows}x{cols}", t.name());
+    let mut rng = Rng::fresh(&label);
+    let bytes = random_weight(&mut rng, t, rows * cols);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w =
+        QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes).expect("upload");
+    up.flush().expect("flush");
+    let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+    // Random scale and offset, so the norm has something to undo.
+    let x: Vec<f32> = rng.normals(cols, 3.0).iter().map(|v| v + 0.5).collect();
+    let nw = rng.normals(cols, 1.0);
+    let b = rng.normals(rows, 1.0);
+    let out_len = if glu.is_some() { rows / 2 } else { rows };
+    let init = rng.normals(out_len, 1.0);
+    let (xb, nb, bb) = (
+        device_f32(&ctx, &x),
+        device_f32(&ctx, &nw),
+        device_f32(&ctx, &b),
+    );
+    let out = readback(&ctx, out_len);
+    out.write_slice(0, &init).expect("init");
+    let eps = 1e-5;
+    run(&ctx, |rec| {
+        record_matvec(
+            rec,
+            &w,
+            bias.then_some(&bb),
+            View::new(&xb, cols),
+            View::new(&out, out_len),
+            accumulate,
+            MatvecOptions {
+                shape,
+                norm: norm.map(|flavor| NormInput {
+                    weight: &nb,
+                    flavor,
+                    eps,
+                }),
+                glu,
+                rope: None,
+            },
+        )
+        .expect("record");
+    });
+    let xin = match norm {
+        Some(flavor) => rms_norm_ref(&x, Some(&nw), flavor, eps),
+        None => x.clone(),
+    };
+    let mut y = linear_ref(&wf, rows, cols, &xin, 1);
+    if bias {
+        y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+    }
+    let mut want: Vec<f32> = match glu {
+        Some(act) => y.chunks(2).map(|p| act_ref(act, p[0]) * p[1]).collect(),
+        None => y,
+    };
+    if accumulate {
+        want.iter_mut().zip(&init).for_each(|(a, p)| *a += p);
+    }
+    let e = rel_err(&read(&out, out_len), &want);
+    assert!(
+        e < 2e-5,
+        "{label} norm {norm:?} glu {glu:?} bias {bias} acc {accumulate} shape {shape:?}: {e}"
+    );
+}
+
+#[test]
+fn matvec_folded_norm_matches_ref() {
+    // The fast-path types, a generic one and a dense one; rows that fill no
+    // workgroup evenly; invocation groups narrower than, equal to and wider
+    // than a subgroup (the last reduces through shared memory).
+    for t in [
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q8_0,
+        QuantType::Q4K,
+        QuantType::Q6K,
+        QuantType::Q5_0,
+        QuantType::F16,
+    ] {
+        for (flavor, shape) in [
+            (NormFlavor::Plain, None),
+            (NormFlavor::ZeroCentred, Some((4, 3))),
+            (NormFlavor::Plain, Some((64, 2))),
+        ] {
+            check_matvec_folded(t, 37, 768, Some(flavor), None, true, false, shape);
+        }
+    }
+    check_matvec_folded(
+        QuantType::Q4_0,
+        1029,
+        2048,
+        Some(NormFlavor::Plain),
+        None,
+        false,
+        true,
+        None,
+    );
+    // the 8B shape: 8 rows per group of 64
+    for t in [QuantType::Q4_0, QuantType::Q4K] {
+        check_matvec_folded(
+            t,
+            1029,
+            4096,
+            Some(NormFlavor::Plain),
+            None,
+            true,
+            true,
+            Some((64, 8)),
+        );
+    }
+}
+
+#[test]
+fn matvec_gated_pairs_match_ref() {
+    for t in [
+        QuantType::Q4_0,
+        QuantType::Q8_0,
+        QuantType::Q4K,
+        QuantType::Q5_1,
+    ] {
+        for (act, norm, shape) in [
+            (Activation::Silu, Some(NormFlavor::Plain), None),
+            (Activation::GeluTanh, None, Some((16, 1))),
+            (Activation::Silu, None, Some((64, 4))),
+        ] {
+            // 2 x 67 rows: pairs straddle no group, the last group is partial
+            check_matvec_folded(t, 134, 512, norm, Some(act), false, false, shape);
+        }
+    }
+    check_matvec_folded(
+        QuantType::Q4_0,
+        2 * 1031,
+        256,
+        None,
+        Some(Activation::Silu),
+        true,
+        false,
+        None,
+    );
+}
+
+#[test]
+fn matvec_fast_paths_long_rows_match_ref() {
+    // 14336 columns (an 8B FFN's down projection): the sum-of-x correction of
+    // the fast paths must not lose precision over long rows.
+    for t in [QuantType::Q4_0, QuantType::Q8_0, QuantType::Q4K] {
+        check_matvec_folded(t, 19, 14336, None, None, false, false, None);
+    }
+}
+
+#[test]
+fn matvec_folded_rope_matches_ref() {
+    // A fused QKV projection of 3 query heads, 1 key head, 1 value head of
+    // 64: the first 4 heads rotated (24 of 64 dims), the value head not.
+    let ctx = gpu();
+    let mut rng = Rng::fresh("matvec_folded_rope");
+    let (hd, n_rot, cols) = (64, 24, 512);
+    let rows = 5 * hd;
+    for (t, shape) in [(QuantType::Q4_0, None), (QuantType::Q6K, Some((8, 3)))] {
+        let bytes = random_weight(&mut rng, t, rows * cols);
+        let mut up = Uploader::new(&ctx).expect("staging");
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+        let x = rng.normals(cols, 2.0);
+        let nw = rng.normals(cols, 1.0);
+        let pos = rng.below(4000) as i32;
+        let f = inv_freq(n_rot, 10000.0, &RopeScaling::None);
+        let (xb, nb, fb) = (
+            device_f32(&ctx, &x),
+            device_f32(&ctx, &nw),
+            device_f32(&ctx, &f),
+        );
+        let pb = host_i32(&ctx, &[pos]);
+        let out = readback(&ctx, rows);
+        run(&ctx, |rec| {
+            record_matvec(
+                rec,
+                &w,
+                None,
+                View::new(&xb, cols),
+                View::new(&out, rows),
+                false,
+                MatvecOptions {
+                    shape,
+                    norm: Some(NormInput {
+                        weight: &nb,
+                        flavor: NormFlavor::Plain,
+                        eps: 1e-6,
+                    }),
+                    glu: None,
+                    rope: Some(MatvecRope {
+                        rows: 4 * hd,
+                        head_dim: hd,
+                        n_rot,
+                        positions: &pb,
+                        inv_freq: &fb,
+                        attn_factor: 0.9,
+                    }),
+                },
+            )
+            .expect("record");
+        });
+        let xin = rms_norm_ref(&x, Some(&nw), NormFlavor::Plain, 1e-6);
+        let mut want = linear_ref(&wf, rows, cols, &xin, 1);
+        for h in 0..4 {
+            rope_ref(
+                &mut want[h * hd..(h + 1) * hd],
+                pos,
+                &f,
+                n_rot,
+                RopeStyle::Normal,
+                0.9,
+            );
+        }
+        // f32 angles near 4000 rad carry ~1e-4 absolute error (as rope's test).
+        let e = rel_err(&read(&out, rows), &want);
+        assert!(e < 5e-4, "matvec rope {t}: {e}");
+    }
+}
+
+#[test]
+fn glu_interleaved_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("glu_interleaved");
+    let (n, w) = (3, 333);
+    let gu = rng.normals(n * 2 * w, 2.0);
+    let gb = device_f32(&ctx, &gu);
+    let out = readback(&ctx, n * w);
+    run(&ctx, |rec| {
+        record_glu_interleaved(
+            rec,
+            Activation::Silu,
+            View::new(&gb, 2 * w),
+            View::new(&out, w),
+            n,
+            w,
+        )
+        .expect("record");
+    });
+    let want: Vec<f32> = gu
+        .chunks(2)
+        .map(|p| act_ref(Activation::Silu, p[0]) * p[1])
+        .collect();
+    let e = rel_err(&read(&out, n * w), &want);
+    assert!(e < 1e-5, "glu interleaved: {e}");
+}
+
+#[test]
+fn rms_norm_heads_in_wide_rows_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("rms_norm_heads");
+    // 3 tokens of (5 heads of 64 to normalize, then 192 floats left alone)
+    let (n, heads, hd, ld) = (3, 5, 64, 5 * 64 + 192);
+    let x = rng.normals(n * ld, 2.0);
+    let w = rng.normals(hd, 1.0);
+    let xb = readback(&ctx, n * ld);
+    xb.write_slice(0, &x).expect("init");
+    let wb = device_f32(&ctx, &w);
+    run(&ctx, |rec| {
+        record_rms_norm_heads(
+            rec,
+            View::new(&xb, ld),
+            Some(&wb),
+            NormFlavor::Plain,
+            n,
+            heads,
+            hd,
+            1e-6,
+        )
+        .expect("record");
+    });
+    let mut want = x.clone();
+    for t in 0..n {
+        for h in 0..heads {
+            let s = t * ld + h * hd;
+            let r = rms_norm_ref(&x[s..s + hd], Some(&w), NormFlavor::Plain, 1e-6);
+            want[s..s + hd].copy_from_slice(&r);
+        }
+    }
+    let e = rel_err(&read(&xb, n * ld), &want);
+    assert!(e < 1e-5, "rms_norm heads: {e}");
 }
 
 #[test]

@@ -1,13 +1,23 @@
 // The epilogue every linear kernel shares: D[o] = v (+ bias[row_offset + row])
 // (+ D[o]) as p.flags says (1: accumulate into D, 2: add the bias). Needs
 // the D and B bindings (data_d, data_bias) and p.flags / p.row_offset.
+// with_bias and store_result are its two halves, for kernels that transform
+// the biased value before storing it (matvec's rope and gated outputs).
 
-void store_linear(uint o, uint row, float v) {
+float with_bias(uint row, float v) {
     if ((p.flags & 2u) != 0u) {
         v += data_bias[p.row_offset + row];
     }
+    return v;
+}
+
+void store_result(uint o, float v) {
     if ((p.flags & 1u) != 0u) {
         v += data_d[o];
     }
     data_d[o] = v;
+}
+
+void store_linear(uint o, uint row, float v) {
+    store_result(o, with_bias(row, v));
 }

@@ -102,6 +102,8 @@ pub struct Recording {
     query_pool: Option<vk::QueryPool>,
     labels: Vec<String>,
     profile: bool,
+    /// Pipeline stages of the commands recorded since the last barrier.
+    stages_since_barrier: vk::PipelineStageFlags,
     finished: bool,
     n_dispatches: usize,
     n_barriers: usize,
@@ -141,6 +143,7 @@ impl Recording {
             query_pool: None,
             labels: Vec::new(),
             profile: timestamps,
+            stages_since_barrier: vk::PipelineStageFlags::empty(),
             finished: false,
             n_dispatches: 0,
             n_barriers: 0,
@@ -198,8 +201,29 @@ impl Recording {
 
     /// Inserts a full compute/transfer memory barrier now.
     pub fn barrier(&mut self) {
+        self.stages_since_barrier |=
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        self.barrier_since();
+    }
+
+    /// A barrier after the commands recorded since the last one: its source
+    /// scope is only the stages they used (compute alone between dispatches,
+    /// so the GPU waits for no transfer work), its destination everything
+    /// later, since hazard tracking starts afresh after it.
+    fn barrier_since(&mut self) {
+        let mut src = self.stages_since_barrier;
+        if src.is_empty() {
+            src = vk::PipelineStageFlags::COMPUTE_SHADER;
+        }
+        let mut src_access = vk::AccessFlags::empty();
+        if src.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
+            src_access |= vk::AccessFlags::SHADER_WRITE;
+        }
+        if src.contains(vk::PipelineStageFlags::TRANSFER) {
+            src_access |= vk::AccessFlags::TRANSFER_WRITE;
+        }
         let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+            .src_access_mask(src_access)
             .dst_access_mask(
                 vk::AccessFlags::SHADER_READ
                     | vk::AccessFlags::SHADER_WRITE
@@ -207,13 +231,15 @@ impl Recording {
                     | vk::AccessFlags::TRANSFER_WRITE
                     | vk::AccessFlags::INDIRECT_COMMAND_READ,
             )];
-        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+        let dst = vk::PipelineStageFlags::COMPUTE_SHADER
+            | vk::PipelineStageFlags::TRANSFER
+            | vk::PipelineStageFlags::DRAW_INDIRECT;
         // SAFETY: cmd is in the recording state (checked by callers).
         unsafe {
             self.ctx.device().cmd_pipeline_barrier(
                 self.cmd,
-                stages,
-                stages | vk::PipelineStageFlags::DRAW_INDIRECT,
+                src,
+                dst,
                 vk::DependencyFlags::empty(),
                 &mb,
                 &[],
@@ -222,19 +248,26 @@ impl Recording {
         };
         self.written.clear();
         self.read.clear();
+        self.stages_since_barrier = vk::PipelineStageFlags::empty();
         self.n_barriers += 1;
     }
 
-    fn track(&mut self, reads: &[vk::Buffer], writes: &[vk::Buffer]) {
+    fn track(
+        &mut self,
+        reads: &[vk::Buffer],
+        writes: &[vk::Buffer],
+        stage: vk::PipelineStageFlags,
+    ) {
         let hazard = reads.iter().any(|b| self.written.contains(b))
             || writes
                 .iter()
                 .any(|b| self.written.contains(b) || self.read.contains(b));
         if hazard {
-            self.barrier();
+            self.barrier_since();
         }
         self.read.extend(reads.iter().copied());
         self.written.extend(writes.iter().copied());
+        self.stages_since_barrier |= stage;
     }
 
     fn descriptor_set(&mut self, layout: vk::DescriptorSetLayout) -> Result<vk::DescriptorSet> {
@@ -313,7 +346,9 @@ impl Recording {
                 "indirect dispatch arguments out of range".into(),
             ));
         }
-        self.track(&[args.raw()], &[]);
+        // The indirect read happens before the dispatch runs: any earlier
+        // write of the arguments is a hazard (tracked as a compute read).
+        self.track(&[args.raw()], &[], vk::PipelineStageFlags::COMPUTE_SHADER);
         self.keep(args);
         let pipeline = self.prepare(kernel, spec, bindings, push)?;
         // SAFETY: recording state, pipeline bound, args range checked.
@@ -393,7 +428,7 @@ impl Recording {
                 Access::Write => writes.push(b.buffer.raw()),
             }
         }
-        self.track(&reads, &writes);
+        self.track(&reads, &writes, vk::PipelineStageFlags::COMPUTE_SHADER);
         for b in bindings {
             self.keep(b.buffer);
         }
@@ -462,7 +497,7 @@ impl Recording {
                 "copy of {size} bytes outside a buffer"
             )));
         }
-        self.track(&[src.raw()], &[dst.raw()]);
+        self.track(&[src.raw()], &[dst.raw()], vk::PipelineStageFlags::TRANSFER);
         self.keep(src);
         self.keep(dst);
         let region = [vk::BufferCopy::default()
@@ -487,7 +522,7 @@ impl Recording {
         if !offset.is_multiple_of(4) || !size.is_multiple_of(4) || offset + size > dst.size() {
             return Err(ModelError::Internal("fill outside a buffer".into()));
         }
-        self.track(&[], &[dst.raw()]);
+        self.track(&[], &[dst.raw()], vk::PipelineStageFlags::TRANSFER);
         self.keep(dst);
         // SAFETY: recording state; range checked.
         unsafe {

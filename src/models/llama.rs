@@ -21,10 +21,12 @@ use crate::ops::View;
 use crate::ops::act_round::{ActRounding, Numerics, record_act_round};
 use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
-use crate::ops::glu::record_glu;
-use crate::ops::linear::{Linear, LinearVariant, record_linear_with};
-use crate::ops::rms_norm::record_rms_norm;
-use crate::ops::rope::{RopeScaling, RopeShape, inv_freq, record_rope};
+use crate::ops::glu::{Activation, record_glu, record_glu_interleaved};
+use crate::ops::linear::{
+    Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, record_linear_with, record_matvec,
+};
+use crate::ops::rms_norm::{record_rms_norm, record_rms_norm_heads};
+use crate::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope};
 use crate::quant::QuantWeight;
 
 /// The attention projections of one block: separate Q/K/V or one fused tensor.
@@ -33,10 +35,20 @@ enum Qkv {
     Fused(Linear),
 }
 
-/// The FFN input projections: separate gate/up or one fused tensor.
+/// The FFN input projections: separate gate/up, one fused tensor (gate rows
+/// then up rows), or gate and up rows interleaved (`ops::linear::MatvecOptions::glu`).
 enum GateUp {
     Separate { gate: Linear, up: Linear },
     Fused(Linear),
+    Interleaved(Linear),
+}
+
+/// The input of the linear layers after a norm: the normalized rows, or the
+/// raw residual with the norm for their matvecs to fold in.
+#[derive(Clone, Copy)]
+struct NormedInput<'a> {
+    x: View<'a>,
+    norm: Option<NormInput<'a>>,
 }
 
 struct Block {
@@ -103,6 +115,53 @@ fn linear(
     Ok(Linear { weight, bias })
 }
 
+/// Several linear layers over the same input loaded as one weight (see
+/// `TensorLoader::matrix_stack`), so one dispatch computes them all; their
+/// biases, where any has one, stacked the same way (zeros for the others).
+/// `None` when their weights are stored in different types.
+fn stacked_linear(
+    ld: &mut TensorLoader<'_>,
+    name: &str,
+    parts: &[(&str, usize)],
+    cols: usize,
+    bias: bool,
+    interleave: bool,
+) -> Result<Option<Linear>> {
+    let names: Vec<String> = parts.iter().map(|(p, _)| format!("{p}.weight")).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let rows: Vec<usize> = parts.iter().map(|&(_, r)| r).collect();
+    let Some(weight) = ld.matrix_stack(name, &name_refs, &rows, cols, interleave)? else {
+        return Ok(None);
+    };
+    let mut biases = Vec::with_capacity(parts.len());
+    for &(p, r) in parts {
+        let bname = format!("{p}.bias");
+        biases.push(if bias || ld.has(&bname) {
+            Some(ld.vector_host(&bname, r)?)
+        } else {
+            None
+        });
+    }
+    let bias = if biases.iter().any(Option::is_some) {
+        let parts: Vec<Vec<f32>> = biases
+            .into_iter()
+            .zip(&rows)
+            .map(|(b, &r)| b.unwrap_or_else(|| vec![0.0; r]))
+            .collect();
+        let v: Vec<f32> = if interleave {
+            (0..rows[0])
+                .flat_map(|i| parts.iter().map(move |p| p[i]))
+                .collect()
+        } else {
+            parts.concat()
+        };
+        Some(upload_new(ld.context(), bytemuck::cast_slice(&v), name)?)
+    } else {
+        None
+    };
+    Ok(Some(Linear { weight, bias }))
+}
+
 impl LlamaModel {
     /// Uploads every tensor the spec needs, checking shapes against it.
     ///
@@ -145,10 +204,27 @@ impl LlamaModel {
                     false,
                 )?)
             } else {
-                Qkv::Separate {
-                    q: linear(&mut ld, &format!("{p}.attn_q"), q, e, spec.qkv_bias)?,
-                    k: linear(&mut ld, &format!("{p}.attn_k"), kv, e, spec.qkv_bias)?,
-                    v: linear(&mut ld, &format!("{p}.attn_v"), kv, e, spec.qkv_bias)?,
+                // One weight for the three when they share a storage type: one
+                // dispatch instead of three, and one rope dispatch for q and k.
+                let (pq, pk, pv) = (
+                    format!("{p}.attn_q"),
+                    format!("{p}.attn_k"),
+                    format!("{p}.attn_v"),
+                );
+                match stacked_linear(
+                    &mut ld,
+                    &format!("{p}.attn_qkv (stacked)"),
+                    &[(&pq, q), (&pk, kv), (&pv, kv)],
+                    e,
+                    spec.qkv_bias,
+                    false,
+                )? {
+                    Some(w) => Qkv::Fused(w),
+                    None => Qkv::Separate {
+                        q: linear(&mut ld, &pq, q, e, spec.qkv_bias)?,
+                        k: linear(&mut ld, &pk, kv, e, spec.qkv_bias)?,
+                        v: linear(&mut ld, &pv, kv, e, spec.qkv_bias)?,
+                    },
                 }
             };
             let (q_norm, k_norm) = if spec.qk_norm {
@@ -162,9 +238,22 @@ impl LlamaModel {
             let gate_up = if spec.fused_gate_up {
                 GateUp::Fused(linear(&mut ld, &format!("{p}.ffn_up"), 2 * ff, e, false)?)
             } else {
-                GateUp::Separate {
-                    gate: linear(&mut ld, &format!("{p}.ffn_gate"), ff, e, false)?,
-                    up: linear(&mut ld, &format!("{p}.ffn_up"), ff, e, false)?,
+                // Gate and up rows interleaved: one dispatch, and in decode the
+                // activation applied by the same kernel.
+                let (pg, pu) = (format!("{p}.ffn_gate"), format!("{p}.ffn_up"));
+                match stacked_linear(
+                    &mut ld,
+                    &format!("{p}.ffn_gate_up (interleaved)"),
+                    &[(&pg, ff), (&pu, ff)],
+                    e,
+                    false,
+                    true,
+                )? {
+                    Some(w) => GateUp::Interleaved(w),
+                    None => GateUp::Separate {
+                        gate: linear(&mut ld, &pg, ff, e, false)?,
+                        up: linear(&mut ld, &pu, ff, e, false)?,
+                    },
                 }
             };
             let post = |ld: &mut TensorLoader<'_>, name: &str| -> Result<Option<Arc<Buffer>>> {
@@ -250,21 +339,11 @@ impl LlamaModel {
     ) -> Result<()> {
         let sp = &self.spec;
         let b = &self.blocks[il];
-        let (e, hd) = (sp.n_embd, sp.head_dim);
-        let x = View::new(&s.x, e);
-        let xn = View::new(&s.xn, e);
+        let hd = sp.head_dim;
 
-        record_rms_norm(
-            rec,
-            x,
-            Some(&b.attn_norm),
-            sp.norm_flavor,
-            xn,
-            n,
-            e,
-            sp.norm_eps,
-            false,
-        )?;
+        // The attention norm runs inside the projections' matvecs in decode.
+        let xa = self.norm_input(rec, s, &b.attn_norm, n)?;
+        let mut roped = false;
         let (q, k, v) = match &b.qkv {
             Qkv::Separate { q, k, v } => {
                 let (qv, kv_, vv) = (
@@ -272,49 +351,44 @@ impl LlamaModel {
                     View::new(&s.k, sp.n_kv()),
                     View::new(&s.v, sp.n_kv()),
                 );
-                self.linear(rec, s, q, xn, n, qv, false)?;
-                self.linear(rec, s, k, xn, n, kv_, false)?;
-                self.linear(rec, s, v, xn, n, vv, false)?;
+                self.project(rec, s, q, xa, n, qv, None)?;
+                self.project(rec, s, k, xa, n, kv_, None)?;
+                self.project(rec, s, v, xa, n, vv, None)?;
                 (qv, kv_, vv)
             }
             Qkv::Fused(w) => {
                 let qkv = View::new(&s.q, s.ld_q);
-                self.linear(rec, s, w, xn, n, qkv, false)?;
+                // Adjacent-pair rope of q and k inside the matvec, where no
+                // per-head norm must come between.
+                let rope = (sp.rope_style == RopeStyle::Normal
+                    && b.q_norm.is_none()
+                    && self.folds(rec, n, xa.x, false))
+                .then(|| MatvecRope {
+                    rows: sp.n_q() + sp.n_kv(),
+                    head_dim: hd,
+                    n_rot: sp.n_rot,
+                    positions: &s.positions,
+                    inv_freq: b.rope.for_context(cache.n_ctx()),
+                    attn_factor: sp.rope_attn_factor,
+                });
+                self.project_with(rec, s, w, xa, n, qkv, None, rope)?;
+                roped = rope.is_some();
                 (qkv, qkv.shift(sp.n_q()), qkv.shift(sp.n_q() + sp.n_kv()))
             }
         };
         if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
             // Per-head norms: each head is a row of head_dim floats.
             for (view, norm, heads) in [(q, qn, sp.n_head), (k, kn, sp.n_head_kv)] {
-                if view.ld == heads * hd {
-                    let rows = View::new(view.buf, hd).shift(view.offset);
-                    record_rms_norm(
-                        rec,
-                        rows,
-                        Some(norm),
-                        sp.norm_flavor,
-                        rows,
-                        n * heads,
-                        hd,
-                        sp.norm_eps,
-                        false,
-                    )?;
-                } else {
-                    for t in 0..n {
-                        let rows = View::new(view.buf, hd).shift(view.offset + t * view.ld);
-                        record_rms_norm(
-                            rec,
-                            rows,
-                            Some(norm),
-                            sp.norm_flavor,
-                            rows,
-                            heads,
-                            hd,
-                            sp.norm_eps,
-                            false,
-                        )?;
-                    }
-                }
+                record_rms_norm_heads(
+                    rec,
+                    view,
+                    Some(norm),
+                    sp.norm_flavor,
+                    n,
+                    heads,
+                    hd,
+                    sp.norm_eps,
+                )?;
             }
         }
         let rope = |rec: &mut Recording, view: View<'_>, heads: usize| {
@@ -333,8 +407,16 @@ impl LlamaModel {
                 sp.rope_attn_factor,
             )
         };
-        rope(rec, q, sp.n_head)?;
-        rope(rec, k, sp.n_head_kv)?;
+        if roped {
+            // done by the projection
+        } else if Arc::ptr_eq(q.buf, k.buf) && k.offset == q.offset + sp.n_head * hd && k.ld == q.ld
+        {
+            // k's heads follow q's in each token's row: one dispatch rotates both.
+            rope(rec, q, sp.n_head + sp.n_head_kv)?;
+        } else {
+            rope(rec, q, sp.n_head)?;
+            rope(rec, k, sp.n_head_kv)?;
+        }
 
         let attn = View::new(&s.attn, sp.n_q());
         cache.record_attention(
@@ -361,28 +443,18 @@ impl LlamaModel {
         )?;
         self.residual(rec, &b.wo, attn, b.post_attn_norm.as_ref(), s, n)?;
 
-        record_rms_norm(
-            rec,
-            x,
-            Some(&b.ffn_norm),
-            sp.norm_flavor,
-            xn,
-            n,
-            e,
-            sp.norm_eps,
-            false,
-        )?;
+        let xf = self.norm_input(rec, s, &b.ffn_norm, n)?;
         let hidden = View::new(&s.hidden, sp.n_ff);
         match &b.gate_up {
             GateUp::Separate { gate, up } => {
                 let (g, u) = (View::new(&s.gate, sp.n_ff), View::new(&s.up, s.ld_up));
-                self.linear(rec, s, gate, xn, n, g, false)?;
-                self.linear(rec, s, up, xn, n, u, false)?;
+                self.project(rec, s, gate, xf, n, g, None)?;
+                self.project(rec, s, up, xf, n, u, None)?;
                 record_glu(rec, sp.activation, g, u, hidden, n, sp.n_ff)?;
             }
             GateUp::Fused(w) => {
                 let gu = View::new(&s.up, s.ld_up);
-                self.linear(rec, s, w, xn, n, gu, false)?;
+                self.project(rec, s, w, xf, n, gu, None)?;
                 record_glu(
                     rec,
                     sp.activation,
@@ -393,8 +465,121 @@ impl LlamaModel {
                     sp.n_ff,
                 )?;
             }
+            GateUp::Interleaved(w) => {
+                let gu = View::new(&s.up, s.ld_up);
+                if !self.project(rec, s, w, xf, n, hidden, Some(sp.activation))? {
+                    self.project(rec, s, w, xf, n, gu, None)?;
+                    record_glu_interleaved(rec, sp.activation, gu, hidden, n, sp.n_ff)?;
+                }
+            }
         }
         self.residual(rec, &b.down, hidden, b.post_ffn_norm.as_ref(), s, n)
+    }
+
+    /// Whether the linear layers reading `x` for `n` tokens run as matvecs
+    /// that can fold steps into themselves: an RMS norm of their input (not
+    /// under llama.cpp numerics, which round the normalized input) or a gated
+    /// activation of their output.
+    fn folds(&self, rec: &Recording, n: usize, x: View<'_>, norm: bool) -> bool {
+        self.linear_variant(rec, n, x) == LinearVariant::Matvec
+            && (!norm || self.numerics == Numerics::Exact)
+    }
+
+    /// The input of the linear layers after an RMS norm with `weight` of the
+    /// residual stream: the stream itself with the norm to fold into their
+    /// matvecs, or the norm recorded into `s.xn`.
+    fn norm_input<'a>(
+        &'a self,
+        rec: &mut Recording,
+        s: &'a Scratch,
+        weight: &'a Arc<Buffer>,
+        n: usize,
+    ) -> Result<NormedInput<'a>> {
+        let sp = &self.spec;
+        let x = View::new(&s.x, sp.n_embd);
+        if self.folds(rec, n, x, true) {
+            return Ok(NormedInput {
+                x,
+                norm: Some(NormInput {
+                    weight,
+                    flavor: sp.norm_flavor,
+                    eps: sp.norm_eps,
+                }),
+            });
+        }
+        let xn = View::new(&s.xn, sp.n_embd);
+        record_rms_norm(
+            rec,
+            x,
+            Some(weight),
+            sp.norm_flavor,
+            xn,
+            n,
+            sp.n_embd,
+            sp.norm_eps,
+            false,
+        )?;
+        Ok(NormedInput { x: xn, norm: None })
+    }
+
+    /// Records `out = W·input` for a normed input. With `glu`, `w`'s rows
+    /// alternate gate and up and `out` receives the gated activation — only
+    /// where the matvec can fold it in; returns whether it did (without
+    /// `glu`, always true).
+    #[allow(clippy::too_many_arguments)]
+    fn project(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        w: &Linear,
+        input: NormedInput<'_>,
+        n: usize,
+        out: View<'_>,
+        glu: Option<Activation>,
+    ) -> Result<bool> {
+        self.project_with(rec, s, w, input, n, out, glu, None)
+    }
+
+    /// [`Self::project`] with a rope folded into the matvec (the caller
+    /// checked [`Self::folds`]).
+    #[allow(clippy::too_many_arguments)]
+    fn project_with(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        w: &Linear,
+        input: NormedInput<'_>,
+        n: usize,
+        out: View<'_>,
+        glu: Option<Activation>,
+        rope: Option<MatvecRope<'_>>,
+    ) -> Result<bool> {
+        if input.norm.is_some()
+            || rope.is_some()
+            || (glu.is_some() && self.folds(rec, n, input.x, false))
+        {
+            let x = self.linear_input(rec, s, w.weight.qtype(), input.x, n, w.n_in())?;
+            record_matvec(
+                rec,
+                &w.weight,
+                w.bias.as_ref(),
+                x,
+                out,
+                false,
+                MatvecOptions {
+                    norm: input.norm,
+                    glu,
+                    rope,
+                    ..Default::default()
+                },
+            )?;
+            return Ok(true);
+        }
+        if glu.is_some() {
+            return Ok(false);
+        }
+        self.linear(rec, s, w, input.x, n, out, false)?;
+        Ok(true)
     }
 
     /// The input a linear layer with weight type `t` reads: `x` itself, or
@@ -588,30 +773,55 @@ impl GenerativeModel for LlamaModel {
         }
         let e = self.spec.n_embd;
         let x = View::new(&s.x, e).shift(first * e);
-        let xn = View::new(&s.xn, e);
-        record_rms_norm(
-            rec,
-            x,
-            Some(&self.output_norm),
-            self.spec.norm_flavor,
-            xn,
-            n,
-            e,
-            self.spec.norm_eps,
-            false,
-        )?;
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let xn = self.linear_input(rec, s, head.qtype(), xn, n, e)?;
-        record_linear_with(
-            rec,
-            self.linear_variant(rec, n, xn),
-            head,
-            None,
-            xn,
-            n,
-            View::new(&s.logits, self.spec.n_vocab).shift(out_row * self.spec.n_vocab),
-            false,
-        )
+        let logits = View::new(&s.logits_dev, self.spec.n_vocab).shift(out_row * self.spec.n_vocab);
+        if n == 1 && self.folds(rec, 1, x, true) {
+            // The output norm inside the head's matvec.
+            let norm = NormInput {
+                weight: &self.output_norm,
+                flavor: self.spec.norm_flavor,
+                eps: self.spec.norm_eps,
+            };
+            record_matvec(
+                rec,
+                head,
+                None,
+                x,
+                logits,
+                false,
+                MatvecOptions {
+                    norm: Some(norm),
+                    ..Default::default()
+                },
+            )?;
+        } else {
+            let xn = View::new(&s.xn, e);
+            record_rms_norm(
+                rec,
+                x,
+                Some(&self.output_norm),
+                self.spec.norm_flavor,
+                xn,
+                n,
+                e,
+                self.spec.norm_eps,
+                false,
+            )?;
+            let xn = self.linear_input(rec, s, head.qtype(), xn, n, e)?;
+            record_linear_with(
+                rec,
+                self.linear_variant(rec, n, xn),
+                head,
+                None,
+                xn,
+                n,
+                logits,
+                false,
+            )?;
+        }
+        let row = (self.spec.n_vocab * 4) as u64;
+        let at = out_row as u64 * row;
+        rec.copy(&s.logits_dev, at, &s.logits, at, n as u64 * row)
     }
 
     fn same_rope(&self, a: usize, b: usize) -> bool {
@@ -631,7 +841,7 @@ impl GenerativeModel for LlamaModel {
             };
             total += match &b.gate_up {
                 GateUp::Separate { gate, up } => lin(gate) + lin(up),
-                GateUp::Fused(w) => lin(w),
+                GateUp::Fused(w) | GateUp::Interleaved(w) => lin(w),
             };
             total += lin(&b.wo) + lin(&b.down);
         }

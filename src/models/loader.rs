@@ -75,6 +75,11 @@ impl<'a> TensorLoader<'a> {
         }
     }
 
+    /// The device tensors are loaded onto.
+    pub fn context(&self) -> &Arc<GpuContext> {
+        &self.ctx
+    }
+
     /// Whether the file has tensor `name`.
     pub fn has(&self, name: &str) -> bool {
         self.gguf.tensor(name).is_some()
@@ -102,6 +107,82 @@ impl<'a> TensorLoader<'a> {
         )?;
         self.advance(t);
         Ok(w)
+    }
+
+    /// Loads matrices `names[i]` of `rows[i]` rows and `cols` columns as one
+    /// weight named `name`: their rows one after another, or with
+    /// `interleave` one row of each in turn (all must have the same rows;
+    /// chunks then split the weight only between whole rounds). `None`
+    /// (nothing read) when their storage types differ.
+    ///
+    /// # Errors
+    /// Missing tensors, wrong shapes, unsupported types, device errors.
+    pub fn matrix_stack(
+        &mut self,
+        name: &str,
+        names: &[&str],
+        rows: &[usize],
+        cols: usize,
+        interleave: bool,
+    ) -> Result<Option<QuantWeight>> {
+        let mut infos = Vec::with_capacity(names.len());
+        for (&n, &r) in names.iter().zip(rows) {
+            let t = self.info(n)?;
+            Self::check_dims(t, &[cols, r])?;
+            infos.push(t);
+        }
+        let Some(first) = infos.first() else {
+            return Ok(None);
+        };
+        if infos.iter().any(|t| t.ggml_type != first.ggml_type)
+            || (interleave && rows.iter().any(|&r| r != rows[0]))
+        {
+            return Ok(None);
+        }
+        let qtype = first
+            .qtype
+            .ok_or_else(|| ModelError::UnsupportedTensorType {
+                tensor: first.name.clone(),
+                ggml_type: crate::quant::types::ggml_type_name(first.ggml_type),
+            })?;
+        let total: usize = rows.iter().sum();
+        let data: Vec<&[u8]> = infos.iter().map(|t| self.gguf.tensor_data(t)).collect();
+        let row_bytes = qtype.row_bytes(cols)?;
+        for ((t, d), &r) in infos.iter().zip(&data).zip(rows) {
+            if d.len() != r * row_bytes {
+                return Err(ModelError::Shape {
+                    tensor: t.name.clone(),
+                    expected: vec![(r * row_bytes) as u64],
+                    got: vec![d.len() as u64],
+                });
+            }
+        }
+        let bytes = if interleave {
+            let mut out = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
+            for r in 0..rows[0] {
+                for d in &data {
+                    out.extend_from_slice(&d[r * row_bytes..(r + 1) * row_bytes]);
+                }
+            }
+            out
+        } else {
+            data.concat()
+        };
+        let w = QuantWeight::from_gguf_bytes_grouped(
+            &self.ctx,
+            &mut self.up,
+            name,
+            qtype,
+            total,
+            cols,
+            &bytes,
+            // whole rounds; or row pairs, for a rope folded into the matvec
+            if interleave { names.len() } else { 2 },
+        )?;
+        for t in infos {
+            self.advance(t);
+        }
+        Ok(Some(w))
     }
 
     /// Loads a vector of `len` values (any stored type) as f32 on the device.

@@ -45,9 +45,13 @@ pub struct Scratch {
     pub xq: Arc<Buffer>,
     /// Logits `[max_logit_rows, n_vocab]`, host-visible.
     pub logits: Arc<Buffer>,
-    /// Floats per token of `q` (`n_q`, or `n_q + 2 n_kv` when fused).
+    /// Logits as the output head writes them, in device memory: kernels
+    /// storing floats one by one straight into host memory cross the bus in
+    /// tiny writes, so they land here and one copy moves them to `logits`.
+    pub logits_dev: Arc<Buffer>,
+    /// Floats per token of `q` (`n_q + 2 n_kv`: room for fused QKV).
     pub ld_q: usize,
-    /// Floats per token of `up` (`n_ff`, or `2 n_ff` when fused).
+    /// Floats per token of `up` (`2 n_ff`: room for fused gate/up).
     pub ld_up: usize,
 }
 
@@ -76,16 +80,10 @@ impl Scratch {
                 ),
             });
         }
-        let ld_q = if spec.fused_qkv {
-            spec.n_q() + 2 * spec.n_kv()
-        } else {
-            spec.n_q()
-        };
-        let ld_up = if spec.fused_gate_up {
-            2 * spec.n_ff
-        } else {
-            spec.n_ff
-        };
+        // Room for stacked projections whether the file stores them fused or
+        // the model stacks separate tensors at load time.
+        let ld_q = spec.n_q() + 2 * spec.n_kv();
+        let ld_up = 2 * spec.n_ff;
         let dev = |floats: usize, name: &str| {
             Buffer::new(
                 ctx,
@@ -120,6 +118,12 @@ impl Scratch {
                 (row_bytes * max_logit_rows) as u64,
                 MemoryKind::Readback,
                 "logits",
+            )?,
+            logits_dev: Buffer::new(
+                ctx,
+                (row_bytes * max_logit_rows) as u64,
+                MemoryKind::Device,
+                "logits (device)",
             )?,
             ld_q,
             ld_up,

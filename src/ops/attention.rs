@@ -93,11 +93,14 @@ pub struct AttentionShape {
 /// Largest head dimension the kernels support.
 pub const MAX_HEAD_DIM: usize = 256;
 const ATTN_WG: u32 = 64;
+/// Workgroup of the decode kernel (`attention.comp`).
+const DECODE_WG: u32 = 128;
 
 /// The kernel an attention call runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionVariant {
-    /// A workgroup per (token, head), keys in tiles through shared memory (`attention.comp`).
+    /// A workgroup per (token, head), its key groups each walking a share of
+    /// the keys, merged through shared memory (`attention.comp`).
     Tiled,
     /// A few invocations per query walking the keys together (`attention_rows.comp`).
     Rows,
@@ -131,6 +134,28 @@ fn rows_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> u32 {
         ds *= 2;
     }
     ds
+}
+
+/// (workgroup size, invocations per key group) of the decode kernel: about 16
+/// dimensions per invocation, so a key group reads a key row in wide pieces
+/// and the workgroup walks 128 / (head_dim / 16) keys at a time; the
+/// workgroup shrinks where a key group must hold whole heads (subgroup size
+/// not fixed), to bound the shared memory of the final merge (16 KiB).
+fn keys_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> (u32, u32) {
+    let sg = kernel_subgroup(ctx).max(1);
+    let mut ds = 1u32;
+    while head_dim / (ds as usize) > 16
+        && (head_dim / (2 * ds as usize)).is_multiple_of(2)
+        && 2 * ds <= sg
+    {
+        ds *= 2;
+    }
+    let dpl = (head_dim / ds as usize).max(1) as u32;
+    let wg = (4096 / dpl)
+        .clamp(ds, DECODE_WG)
+        .next_power_of_two()
+        .min(DECODE_WG);
+    (wg.max(ds), ds)
 }
 
 /// Records the store of `n_tokens` rows of `width` floats from `src` into `cache` (f16).
@@ -255,11 +280,19 @@ pub fn record_attention_with(
     };
     let ctx = rec.context().clone();
     let (kernel, spec, groups) = match variant {
-        AttentionVariant::Tiled => (
-            Kernel::AttentionF16F32,
-            vec![ATTN_WG, kernel_subgroup(&ctx)],
-            groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
-        ),
+        AttentionVariant::Tiled => {
+            let (wg, ds) = keys_split(&ctx, shape.head_dim);
+            (
+                Kernel::AttentionF16F32,
+                vec![
+                    wg,
+                    kernel_subgroup(&ctx),
+                    ds,
+                    (shape.head_dim / ds as usize) as u32,
+                ],
+                groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
+            )
+        }
         AttentionVariant::Rows => {
             let ds = rows_split(&ctx, shape.head_dim);
             let per_wg = (ATTN_WG / ds) as usize;

@@ -27,8 +27,10 @@ pub struct GluParams {
     pub u_offset: u32,
     /// Float index of d's token 0.
     pub d_offset: u32,
+    /// Floats between consecutive columns of g and u (2: interleaved pairs).
+    pub step: u32,
 }
-const _: () = assert!(std::mem::size_of::<GluParams>() == 32);
+const _: () = assert!(std::mem::size_of::<GluParams>() == 36);
 
 /// The gate's activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +54,37 @@ pub fn record_glu(
     n_tokens: usize,
     width: usize,
 ) -> Result<()> {
+    record_glu_step(rec, act, g, u, d, n_tokens, width, 1)
+}
+
+/// Records `d[t, c] = act(gu[t, 2c]) * gu[t, 2c + 1]`: gate and up projections
+/// computed by one weight whose rows alternate gate, up (see
+/// `ops::linear::MatvecFusion::glu`).
+///
+/// # Errors
+/// A value beyond 32 bits.
+pub fn record_glu_interleaved(
+    rec: &mut Recording,
+    act: Activation,
+    gu: View<'_>,
+    d: View<'_>,
+    n_tokens: usize,
+    width: usize,
+) -> Result<()> {
+    record_glu_step(rec, act, gu, gu.shift(1), d, n_tokens, width, 2)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_glu_step(
+    rec: &mut Recording,
+    act: Activation,
+    g: View<'_>,
+    u: View<'_>,
+    d: View<'_>,
+    n_tokens: usize,
+    width: usize,
+    step: u32,
+) -> Result<()> {
     let params = GluParams {
         n_tokens: pc_u32("n_tokens", n_tokens)?,
         width: pc_u32("width", width)?,
@@ -61,6 +94,7 @@ pub fn record_glu(
         g_offset: pc_u32("g_offset", g.offset)?,
         u_offset: pc_u32("u_offset", u.offset)?,
         d_offset: pc_u32("d_offset", d.offset)?,
+        step,
     };
     let kernel = match act {
         Activation::Silu => Kernel::GluSiluF32,

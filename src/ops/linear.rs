@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::glu::Activation;
+use super::rms_norm::NormFlavor;
 use super::{View, kernel_subgroup, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
-use crate::quant::QuantWeight;
+use crate::quant::{QuantWeight, WeightChunk};
 
 /// Push constants of `glsl/matvec.comp`.
 #[repr(C)]
@@ -28,10 +30,21 @@ pub struct MatvecParams {
     pub x_offset: u32,
     /// Output index of row 0.
     pub d_offset: u32,
-    /// 1: accumulate, 2: bias.
+    /// 1: accumulate, 2: bias, 4: folded RMS norm, 8: with (1 + w), 16: gated
+    /// pairs of rows, 32: GELU-tanh gate, 64: folded rope.
     pub flags: u32,
+    /// Epsilon of the folded RMS norm.
+    pub eps: f32,
+    /// Output rows the folded rope rotates.
+    pub rope_rows: u32,
+    /// Floats per head of the folded rope.
+    pub head_dim: u32,
+    /// Rotated dimensions per head.
+    pub n_rot: u32,
+    /// Multiplier of the rope's cos and sin.
+    pub attn_factor: f32,
 }
-const _: () = assert!(std::mem::size_of::<MatvecParams>() == 28);
+const _: () = assert!(std::mem::size_of::<MatvecParams>() == 48);
 
 /// Push constants of `glsl/matmul.comp`.
 #[repr(C)]
@@ -62,6 +75,11 @@ const _: () = assert!(std::mem::size_of::<MatmulParams>() == 40);
 
 const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_BIAS: u32 = 2;
+const FLAG_NORM: u32 = 4;
+const FLAG_NORM_ZERO_CENTRED: u32 = 8;
+const FLAG_GLU: u32 = 16;
+const FLAG_GELU: u32 = 32;
+const FLAG_ROPE: u32 = 64;
 const MATVEC_WG: u32 = 128;
 const MATMUL_BM: usize = 64;
 const MATMUL_BN: usize = 32;
@@ -84,16 +102,22 @@ fn rows_tiling(n: usize) -> (usize, usize) {
     }
 }
 
-/// (invocations per row, rows per invocation group) of `matvec.comp` for a
-/// weight of `rows` rows on a device with subgroups of `sg` (1: unknown).
-/// A whole subgroup per row (halving it for short rows was slower on the
-/// H200); large matrices share each load of x across several rows while
-/// still giving every SM several workgroups. Measured on the H200, tg128 of
-/// llama-8b q4_0: 75 tok/s with one row, 98 with two, 106 with 4 for 8192+
-/// rows, 92 with 8.
-fn matvec_shape(sg: u32, rows: usize) -> (u32, u32) {
+/// (invocations per row group, rows per group) of `matvec.comp` for a weight
+/// of `rows` × `cols` on a device with subgroups of `sg` (1: unknown).
+/// Large matrices share each load of x across several rows while still giving
+/// every SM several workgroups. Measured on the H200 with one shape for every
+/// matrix, llama-8b (all its matrices 4096+ × 4096+), tg64: q4_0 (32, 4) 152
+/// tok/s, (128, 4) 167, (64, 8) 188, against 166 (tg128) with (64, 4); q4_k
+/// (32, 4) 125, (128, 4) 110, (64, 8) 145, against 131 with (64, 4).
+/// llama-1b q4_0 (before the row loop lost its per-row branch): (32, 4) 377,
+/// (64, 4) 395, and 405 with the rows rule below, which gives its 2048-row
+/// matrices 2 rows per group.
+fn matvec_shape(sg: u32, rows: usize, cols: usize) -> (u32, u32) {
     if sg <= 1 {
         return (32, 1);
+    }
+    if rows >= 4096 && cols >= 4096 && sg <= 64 {
+        return (64, 8);
     }
     let tpr = sg.min(32);
     let nr = if rows >= 8192 {
@@ -256,8 +280,6 @@ pub fn record_linear_with(
     let flags =
         if accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 };
     let bias_buf = bias.unwrap_or(x.buf);
-    let ctx = rec.context().clone();
-    let sg = kernel_subgroup(&ctx);
     for chunk in w.chunks() {
         let nb = chunk.n_rows * k / w.qtype().block_size();
         let bindings = [
@@ -297,24 +319,15 @@ pub fn record_linear_with(
                 )?;
             }
             LinearVariant::Matvec => {
-                let (tpr, nr) = matvec_shape(sg, chunk.n_rows);
-                let params = MatvecParams {
-                    k: pc_u32("k", k)?,
-                    m: pc_u32("m", chunk.n_rows)?,
-                    nb: pc_u32("nb", nb)?,
-                    row_offset: pc_u32("row_offset", chunk.row_start)?,
-                    x_offset: pc_u32("x_offset", x.offset / 4)?,
-                    d_offset: pc_u32("d_offset", out.offset)?,
-                    flags,
-                };
-                let rows_per_wg = (MATVEC_WG / tpr * nr) as usize;
-                let groups = groups_1d(&ctx, pc_u32("groups", chunk.n_rows.div_ceil(rows_per_wg))?);
-                rec.dispatch(
-                    kernel("matvec", w)?,
-                    &[MATVEC_WG, sg, tpr, nr],
-                    &bindings,
-                    bytemuck::bytes_of(&params),
-                    groups,
+                record_matvec_chunk(
+                    rec,
+                    w,
+                    chunk,
+                    bias,
+                    x,
+                    out,
+                    accumulate,
+                    MatvecOptions::default(),
                 )?;
             }
             LinearVariant::Coop => {
@@ -348,6 +361,195 @@ pub fn record_linear_with(
         }
     }
     Ok(())
+}
+
+/// An RMS norm folded into a matvec's input: the kernel reads the raw
+/// residual `x` and uses `x / rms(x) * w` (`rms_norm` numerics up to
+/// rounding), so the normalized vector is never written.
+#[derive(Clone, Copy)]
+pub struct NormInput<'a> {
+    /// The norm's weight, `[cols]` f32.
+    pub weight: &'a Arc<Buffer>,
+    /// How the weight scales the normalized row.
+    pub flavor: NormFlavor,
+    /// Epsilon inside the square root.
+    pub eps: f32,
+}
+
+/// What a single-token matvec does besides `W x`, and how it is laid out.
+#[derive(Clone, Copy, Default)]
+pub struct MatvecOptions<'a> {
+    /// (invocations per row group, rows per group) instead of the device's
+    /// choice: a power of two at most 128, and 1..=8 (tests, tuning).
+    pub shape: Option<(u32, u32)>,
+    /// Normalize the input first.
+    pub norm: Option<NormInput<'a>>,
+    /// The weight's rows alternate gate, up (an even number of them): write
+    /// `out[i] = act(gate_i x) * (up_i x)` instead of every row.
+    pub glu: Option<Activation>,
+    /// Rotate the first output rows as `ops::rope` would afterwards.
+    pub rope: Option<MatvecRope<'a>>,
+}
+
+/// A rope of llama.cpp's normal layout (pairs of adjacent dimensions) folded
+/// into a single-token matvec's output: its arithmetic equals `rope.comp`'s
+/// on the values the matvec would have stored.
+#[derive(Clone, Copy)]
+pub struct MatvecRope<'a> {
+    /// Output rows rotated (the query and key heads of a fused projection).
+    pub rows: usize,
+    /// Floats per head (even).
+    pub head_dim: usize,
+    /// Rotated dimensions per head (even, at most `head_dim`).
+    pub n_rot: usize,
+    /// The token's position, one i32.
+    pub positions: &'a Arc<Buffer>,
+    /// Inverse frequencies, `n_rot / 2` f32.
+    pub inv_freq: &'a Arc<Buffer>,
+    /// Multiplier of cos and sin.
+    pub attn_factor: f32,
+}
+
+/// Records `out (+)= W x (+ bias)` for one token with the matvec kernel and
+/// the fused steps `opts` asks for.
+///
+/// # Errors
+/// Input width not a multiple of 32 (256 for K-quants), an unaligned `x`,
+/// accumulating with a gated output, an odd gated weight or chunk, or a
+/// value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_matvec(
+    rec: &mut Recording,
+    w: &QuantWeight,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    out: View<'_>,
+    accumulate: bool,
+    opts: MatvecOptions<'_>,
+) -> Result<()> {
+    let k = w.cols();
+    if !k.is_multiple_of(32) || !k.is_multiple_of(w.qtype().block_size()) {
+        return Err(ModelError::Shape {
+            tensor: w.name().to_string(),
+            expected: vec![k.next_multiple_of(32.max(w.qtype().block_size())) as u64],
+            got: vec![k as u64],
+        });
+    }
+    if !x.offset.is_multiple_of(4) {
+        return Err(ModelError::Internal(format!(
+            "matvec input at float {} (not a multiple of 4)",
+            x.offset
+        )));
+    }
+    if let Some(r) = opts.rope
+        && (!r.head_dim.is_multiple_of(2)
+            || !r.n_rot.is_multiple_of(2)
+            || r.n_rot > r.head_dim
+            || r.rows > w.rows())
+    {
+        return Err(ModelError::Internal(format!(
+            "rope folded into `{}`: {} rows, head dim {}, n_rot {}",
+            w.name(),
+            r.rows,
+            r.head_dim,
+            r.n_rot
+        )));
+    }
+    if opts.glu.is_some() && (accumulate || !w.rows().is_multiple_of(2)) {
+        return Err(ModelError::Internal(format!(
+            "gated matvec of `{}`: {} rows, accumulate {accumulate}",
+            w.name(),
+            w.rows()
+        )));
+    }
+    for chunk in w.chunks() {
+        record_matvec_chunk(rec, w, chunk, bias, x, out, accumulate, opts)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_matvec_chunk(
+    rec: &mut Recording,
+    w: &QuantWeight,
+    chunk: &WeightChunk,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    out: View<'_>,
+    accumulate: bool,
+    opts: MatvecOptions<'_>,
+) -> Result<()> {
+    let k = w.cols();
+    let mut flags =
+        if accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 };
+    let mut eps = 0.0;
+    if let Some(n) = opts.norm {
+        flags |= FLAG_NORM;
+        if n.flavor == NormFlavor::ZeroCentred {
+            flags |= FLAG_NORM_ZERO_CENTRED;
+        }
+        eps = n.eps;
+    }
+    if opts.rope.is_some() {
+        flags |= FLAG_ROPE;
+    }
+    if let Some(act) = opts.glu {
+        flags |= FLAG_GLU;
+        if act == Activation::GeluTanh {
+            flags |= FLAG_GELU;
+        }
+    }
+    if (opts.glu.is_some() || opts.rope.is_some()) && !chunk.row_start.is_multiple_of(2) {
+        return Err(ModelError::Internal(format!(
+            "matvec of `{}` with paired rows: chunk of rows {}+{} splits a pair",
+            w.name(),
+            chunk.row_start,
+            chunk.n_rows
+        )));
+    }
+    let ctx = rec.context().clone();
+    let sg = kernel_subgroup(&ctx);
+    let (tpr, mut nr) = opts
+        .shape
+        .unwrap_or_else(|| matvec_shape(sg, chunk.n_rows, k));
+    if !tpr.is_power_of_two() || tpr > MATVEC_WG || !(1..=8).contains(&nr) {
+        return Err(ModelError::Internal(format!("matvec shape ({tpr}, {nr})")));
+    }
+    if (opts.glu.is_some() || opts.rope.is_some()) && nr % 2 == 1 {
+        nr += 1;
+    }
+    let nb = chunk.n_rows * k / w.qtype().block_size();
+    let params = MatvecParams {
+        k: pc_u32("k", k)?,
+        m: pc_u32("m", chunk.n_rows)?,
+        nb: pc_u32("nb", nb)?,
+        row_offset: pc_u32("row_offset", chunk.row_start)?,
+        x_offset: pc_u32("x_offset", x.offset / 4)?,
+        d_offset: pc_u32("d_offset", out.offset)?,
+        flags,
+        eps,
+        rope_rows: pc_u32("rope rows", opts.rope.map_or(0, |r| r.rows))?,
+        head_dim: pc_u32("head_dim", opts.rope.map_or(2, |r| r.head_dim))?,
+        n_rot: pc_u32("n_rot", opts.rope.map_or(0, |r| r.n_rot))?,
+        attn_factor: opts.rope.map_or(1.0, |r| r.attn_factor),
+    };
+    let rows_per_wg = (MATVEC_WG / tpr * nr) as usize;
+    let groups = groups_1d(&ctx, pc_u32("groups", chunk.n_rows.div_ceil(rows_per_wg))?);
+    rec.dispatch(
+        kernel("matvec", w)?,
+        &[MATVEC_WG, sg, tpr, nr],
+        &[
+            Binding::read(&chunk.buffer),
+            Binding::read(x.buf),
+            Binding::write(out.buf),
+            Binding::read(bias.unwrap_or(x.buf)),
+            Binding::read(opts.norm.map_or(x.buf, |n| n.weight)),
+            Binding::read(opts.rope.map_or(x.buf, |r| r.positions)),
+            Binding::read(opts.rope.map_or(x.buf, |r| r.inv_freq)),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
 }
 
 /// Reference: `out[t * rows + r] = sum_c w[r * cols + c] * x[t * cols + c]` in f64.

@@ -30,8 +30,14 @@ pub struct RmsNormParams {
     pub eps: f32,
     /// 1: (1 + w); 2: add into d; 4: no weight.
     pub flags: u32,
+    /// Rows per group (a token's heads); rows of a group are `ld_x` / `ld_d` apart.
+    pub group: u32,
+    /// Floats between groups of x.
+    pub ld_group_x: u32,
+    /// Floats between groups of d.
+    pub ld_group_d: u32,
 }
-const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 32);
+const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 44);
 
 /// How the normalized row is scaled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +67,72 @@ pub fn record_rms_norm(
     eps: f32,
     add: bool,
 ) -> Result<()> {
+    let g = Grouping {
+        group: n_rows.max(1),
+        ld_group_x: 0,
+        ld_group_d: 0,
+    };
+    record(rec, x, weight, flavor, d, n_rows, n_cols, eps, add, g)
+}
+
+/// Records an RMS norm, in place, of every head of `n_tokens` tokens of
+/// `x`: head `h` of token `t` is the `head_dim` floats at
+/// `x.offset + t * x.ld + h * head_dim` (per-head Q/K norms, with heads
+/// packed in rows wider than them).
+///
+/// # Errors
+/// A value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_rms_norm_heads(
+    rec: &mut Recording,
+    x: View<'_>,
+    weight: Option<&Arc<Buffer>>,
+    flavor: NormFlavor,
+    n_tokens: usize,
+    heads: usize,
+    head_dim: usize,
+    eps: f32,
+) -> Result<()> {
+    let g = Grouping {
+        group: heads.max(1),
+        ld_group_x: x.ld,
+        ld_group_d: x.ld,
+    };
+    let rows = View { ld: head_dim, ..x };
+    record(
+        rec,
+        rows,
+        weight,
+        flavor,
+        rows,
+        n_tokens * heads,
+        head_dim,
+        eps,
+        false,
+        g,
+    )
+}
+
+/// Rows in groups: row r lies at group (r / group), member (r % group).
+struct Grouping {
+    group: usize,
+    ld_group_x: usize,
+    ld_group_d: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    rec: &mut Recording,
+    x: View<'_>,
+    weight: Option<&Arc<Buffer>>,
+    flavor: NormFlavor,
+    d: View<'_>,
+    n_rows: usize,
+    n_cols: usize,
+    eps: f32,
+    add: bool,
+    g: Grouping,
+) -> Result<()> {
     let flags = match flavor {
         NormFlavor::Plain => 0,
         NormFlavor::ZeroCentred => 1,
@@ -75,6 +147,9 @@ pub fn record_rms_norm(
         d_offset: pc_u32("d_offset", d.offset)?,
         eps,
         flags,
+        group: pc_u32("group", g.group)?,
+        ld_group_x: pc_u32("ld_group_x", g.ld_group_x)?,
+        ld_group_d: pc_u32("ld_group_d", g.ld_group_d)?,
     };
     let ctx = rec.context().clone();
     let groups = groups_1d(&ctx, pc_u32("rows", n_rows)?);

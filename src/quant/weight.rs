@@ -112,6 +112,42 @@ impl QuantWeight {
         bytes: &[u8],
         max_chunk_bytes: usize,
     ) -> Result<Self> {
+        Self::upload(ctx, up, name, qtype, rows, cols, bytes, max_chunk_bytes, 1)
+    }
+
+    /// Like [`QuantWeight::from_gguf_bytes`] with every chunk's rows a
+    /// multiple of `row_multiple` (except a last short one), so groups of
+    /// rows that belong together (gate/up pairs) never straddle two chunks.
+    ///
+    /// # Errors
+    /// As [`QuantWeight::from_gguf_bytes`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_gguf_bytes_grouped(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        row_multiple: usize,
+    ) -> Result<Self> {
+        let max = ctx.caps().max_binding_bytes(4) as usize;
+        Self::upload(ctx, up, name, qtype, rows, cols, bytes, max, row_multiple)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn upload(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+        max_chunk_bytes: usize,
+        row_multiple: usize,
+    ) -> Result<Self> {
         let max_chunk_bytes = max_chunk_bytes.min(ctx.caps().max_binding_bytes(4) as usize);
         let row_bytes = qtype.row_bytes(cols).map_err(|_| ModelError::Shape {
             tensor: name.to_string(),
@@ -128,14 +164,21 @@ impl QuantWeight {
                 got: vec![bytes.len() as u64],
             });
         }
-        let per_chunk = rows_per_chunk(max_chunk_bytes, qtype, rows, cols).ok_or_else(|| {
-            ModelError::MissingFeature {
+        let per_chunk = rows_per_chunk(max_chunk_bytes, qtype, rows, cols)
+            .map(|n| {
+                if n < rows {
+                    n - n % row_multiple.max(1)
+                } else {
+                    n
+                }
+            })
+            .filter(|&n| n > 0)
+            .ok_or_else(|| ModelError::MissingFeature {
                 device: ctx.caps().name.clone(),
                 feature: format!(
                     "a storage buffer range of {row_bytes} bytes for one row of `{name}`"
                 ),
-            }
-        })?;
+            })?;
         let bb = qtype.block_bytes();
         let nb_row = cols / qtype.block_size();
         let mut chunks = Vec::new();

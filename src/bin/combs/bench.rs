@@ -145,7 +145,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.json {
         let prof: Vec<String> = profiles
             .iter()
-            .map(|(shape, rows)| {
+            .map(|(shape, _, rows)| {
                 let r: Vec<String> = rows
                     .iter()
                     .map(|(k, ms)| format!("{{\"kernel\":\"{k}\",\"ms\":{ms:.4}}}"))
@@ -222,10 +222,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             )?;
         }
     }
-    for (shape, rows) in &profiles {
+    for (shape, (dispatches, barriers), rows) in &profiles {
         writeln!(
             out,
-            "\nGPU time of one forward pass of {shape} token(s), by kernel:"
+            "\nGPU time of one forward pass of {shape} token(s) ({dispatches} dispatches, \
+             {barriers} barriers), by kernel:"
         )?;
         let total: f64 = rows.iter().map(|(_, ms)| ms).sum();
         for (k, ms) in rows {
@@ -240,7 +241,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
-type Profile = Vec<(usize, Vec<(String, f64)>)>;
+/// Per forward pass: tokens, (dispatches, barriers), GPU ms per kernel.
+type Profile = Vec<(usize, (usize, usize), Vec<(String, f64)>)>;
 
 /// GPU time per kernel of one forward pass of `n_prompt` tokens and of one decode token.
 fn profile(
@@ -272,7 +274,7 @@ fn profile(
             .into_iter()
             .map(|(k, ns)| (k, ns / 1e6))
             .collect();
-        out.push((n, rows));
+        out.push((n, (rec.n_dispatches(), rec.n_barriers()), rows));
     }
     Ok(out)
 }
