@@ -1,6 +1,9 @@
 #version 450
-// matvec: d[row] = A[row, :] . x for one token (decode), weights of any
-// DATA_A_* format dequantized on the fly. A group of TPR invocations shares
+// matvec: d[row] = A[row, :] . x for one token (decode) or a few (batched
+// decode of several sequences), weights of any DATA_A_* format dequantized
+// on the fly. With several tokens, neighbouring workgroups take the same rows
+// for different tokens, so the rows come from memory once and from L2 for
+// the other tokens. A group of TPR invocations shares
 // NR consecutive rows: each invocation loads a unit of x (32 columns, 64 for
 // Q4_K) once and applies it to all NR rows, so x is read from cache NR times
 // less often than the weights. The workgroup covers (WG / TPR) * NR rows of
@@ -21,7 +24,7 @@
 //      act(gate) * up (32: GELU-tanh, else SiLU); needs NR even.
 //  64: rope (llama.cpp's normal layout, pairs of adjacent dims) on output rows
 //      below p.rope_rows, heads of p.head_dim, first p.n_rot dims of each,
-//      at position pos[0] (one token); needs NR even.
+//      at position pos[token]; needs NR even.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -55,6 +58,9 @@ layout(push_constant) uniform Params {
     uint head_dim;
     uint n_rot;
     float attn_factor;
+    uint n_tok;       // tokens (workgroups interleave them)
+    uint ld_x;        // vec4s between tokens of x
+    uint ld_d;        // floats between tokens of d
 } p;
 
 #include "common/dequant.glsl"
@@ -154,7 +160,11 @@ shared float red[gl_WorkGroupSize.x * (NR + 1u)];
 
 void main() {
     const uint rows_per_wg = (gl_WorkGroupSize.x / TPR) * NR;
-    const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint wgl = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint tok = wgl % p.n_tok;
+    const uint wg = wgl / p.n_tok;
+    const uint x_off = p.x_offset + tok * p.ld_x;
+    const uint d_off = p.d_offset + tok * p.ld_d;
     const uint lid = gl_LocalInvocationID.x;
     const uint lane = lid % TPR;
     const uint row0 = wg * rows_per_wg + (lid / TPR) * NR;
@@ -172,7 +182,7 @@ void main() {
             const uint xb = u * UVEC4;
             vec4 xv[UVEC4];
             [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
-                xv[j] = data_x[p.x_offset + xb + j];
+                xv[j] = data_x[x_off + xb + j];
             }
             if (norm) {
                 vec4 sq = vec4(0.0);
@@ -244,7 +254,7 @@ void main() {
             const uint o = p.row_offset + row0 + r;
             const uint i = o % p.head_dim;
             if (row0 + r + 1u < p.m && o < p.rope_rows && i < p.n_rot) {
-                const float theta = float(data_pos[0]) * inv_freq[i / 2u];
+                const float theta = float(data_pos[tok]) * inv_freq[i / 2u];
                 const float c = cos(theta) * p.attn_factor;
                 const float s = sin(theta) * p.attn_factor;
                 const float x0 = v[r], x1 = v[r + 1u];
@@ -259,7 +269,7 @@ void main() {
             if (row + 1u < p.m) {
                 const float g = v[r];
                 const float a = (p.flags & 32u) != 0u ? act_gelu_tanh(g) : act_silu(g);
-                data_d[p.d_offset + (p.row_offset + row) / 2u] = a * v[r + 1u];
+                data_d[d_off + (p.row_offset + row) / 2u] = a * v[r + 1u];
             }
         }
         return;
@@ -267,7 +277,7 @@ void main() {
     [[unroll]] for (uint r = 0u; r < NR; r++) {
         const uint row = row0 + r;
         if (row < p.m) {
-            store_result(p.d_offset + p.row_offset + row, v[r]);
+            store_result(d_off + p.row_offset + row, v[r]);
         }
     }
 }

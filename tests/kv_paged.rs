@@ -72,6 +72,13 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
         / scale
 }
 
+/// Bound on [`rel_diff`] between sessions that evaluated the same tokens in
+/// differently shaped calls (a prompt at once vs in chunks, then a re-
+/// evaluation): on GPUs the calls take different kernels (f16 matrix units
+/// for prompts), on lavapipe they agree bit for bit. A cache that reads a
+/// wrong row is off by ~0.1–1.
+const ACROSS_SHAPES: f32 = 5e-3;
+
 fn argmax(l: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in l.iter().enumerate() {
@@ -262,7 +269,7 @@ fn rewind_returns_pages_and_fork_of_fork_works() {
     let mut want = contiguous(&model, 128);
     want.prefill(&s.tokens()[..9]).expect("prefix");
     want.decode(4).expect("b's token");
-    assert!(rel_diff(b.logits(), want.logits()) <= 1e-6);
+    assert!(rel_diff(b.logits(), want.logits()) <= ACROSS_SHAPES);
 }
 
 #[test]
@@ -432,7 +439,7 @@ fn rewinding_a_sliding_window_ring_past_what_it_holds_reevaluates() {
         }
         want.decode(t).expect("decode");
         let d = rel_diff(s.logits(), want.logits());
-        assert!(d <= 1e-5, "rewind to {n_keep}: differs by {d}");
+        assert!(d <= ACROSS_SHAPES, "rewind to {n_keep}: differs by {d}");
         // Back to the full prompt for the next case.
         s.rewind(n_keep).expect("rewind");
         s.prefill(&toks[n_keep..]).expect("refill");
@@ -514,7 +521,10 @@ fn paged_sliding_window_layers_keep_only_a_ring() {
         .expect("session");
         w2.prefill(want.tokens()).expect("prefill");
         w2.decode(3).expect("decode");
-        assert!(rel_diff(f.logits(), w2.logits()) <= 1e-5, "{arch}: fork");
+        assert!(
+            rel_diff(f.logits(), w2.logits()) <= ACROSS_SHAPES,
+            "{arch}: fork"
+        );
         // Rewinding within what the ring holds, then further than it holds.
         for n_keep in [598, 10] {
             s.rewind(n_keep).expect("rewind");
@@ -531,7 +541,7 @@ fn paged_sliding_window_layers_keep_only_a_ring() {
             w3.prefill(&s.tokens()[..n_keep]).expect("prefill");
             w3.decode(5).expect("decode");
             assert!(
-                rel_diff(s.logits(), w3.logits()) <= 1e-5,
+                rel_diff(s.logits(), w3.logits()) <= ACROSS_SHAPES,
                 "{arch}: rewind {n_keep}"
             );
         }

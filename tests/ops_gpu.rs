@@ -100,6 +100,13 @@ fn check_linear(t: QuantType, rows: usize, cols: usize, n: usize, bias: bool, ac
             LinearVariant::Tiled,
             LinearVariant::Rows,
         ]
+    } else if n <= combs::ops::linear::MATVEC_MAX_TOKENS {
+        &[
+            LinearVariant::Matvec,
+            LinearVariant::Tiled,
+            LinearVariant::Rows,
+            LinearVariant::Coop,
+        ]
     } else {
         &[
             LinearVariant::Tiled,
@@ -202,6 +209,30 @@ fn matvec_odd_rows_bias_accumulate_matches_ref() {
     // several rows per invocation group (1024+ and 8192+ rows), odd tails
     check_linear(QuantType::Q4_1, 1029, 128, 1, true, true);
     check_linear(QuantType::Q8_0, 8195, 64, 1, false, true);
+}
+
+#[test]
+fn matvec_several_tokens_match_ref() {
+    // Batched decode: a few tokens through the matvec kernel, one workgroup
+    // per (row block, token).
+    for t in [
+        QuantType::Q4_0,
+        QuantType::Q8_0,
+        QuantType::Q4K,
+        QuantType::Q6K,
+        QuantType::F16,
+    ] {
+        check_linear_variant(LinearVariant::Matvec, t, 67, 512, 5, true, true);
+    }
+    check_linear_variant(
+        LinearVariant::Matvec,
+        QuantType::Q4_1,
+        1029,
+        128,
+        8,
+        false,
+        true,
+    );
 }
 
 #[test]

@@ -481,7 +481,10 @@ impl LlamaModel {
     /// under llama.cpp numerics, which round the normalized input) or a gated
     /// activation of their output.
     fn folds(&self, rec: &Recording, n: usize, x: View<'_>, norm: bool) -> bool {
-        self.linear_variant(rec, n, x) == LinearVariant::Matvec
+        // The folded steps are written for one token (the matvec of a few
+        // tokens for batched decode runs unfolded).
+        n == 1
+            && self.linear_variant(rec, n, x) == LinearVariant::Matvec
             && (!norm || self.numerics == Numerics::Exact)
     }
 
