@@ -34,7 +34,10 @@ Files written (<model> is `smollm2` or `gemma3`):
                      Q4_K_M): file name, size, sha256, llama.cpp version, and
     "perplexity": {"n_ctx", "n_chunks", "n_tokens", "ppl", "ppl_err",
                    "per_chunk": running PPL after chunk 1..n (4 decimals, as printed),
-                   "fa_off": the same with `-fa off` (baseline, see below)}
+                   "fa_off": the same with `-fa off` (baseline, see below),
+                   "ref": {"ppl", "per_chunk"} the same method on the f64
+                          reference forward (baseline; not in the SmolLM2
+                          files, made before it)}
     "teacher": {window: {"lse": [logsumexp of the row, per position],
                          "top_ids": [[8 token ids, best first] per position],
                          "top_logits": [[their 8 logits] per position]}}
@@ -351,9 +354,10 @@ class Reference:
         """Whether a layer attends over the sliding window only."""
         return self.window > 0 and layer % 6 < 5
 
-    def logits(self, tokens: list[int], cache: list | None = None):
-        """Logits of every token of `tokens`, which follow the positions held
-        in `cache` (a list of per-layer (k, v), extended in place) if given."""
+    def logits(self, tokens: list[int], cache: list | None = None, from_row: int = 0):
+        """Logits of every token of `tokens` from index `from_row` on (the
+        output head is the costly part), which follow the positions held in
+        `cache` (a list of per-layer (k, v), extended in place) if given."""
         import numpy as np
         w, n, H, HK, E = self.w, len(tokens), self.n_head, self.n_head_kv, self.n_embd
         D = self.head_dim
@@ -430,7 +434,7 @@ class Reference:
                 f = rms(f, w[p + "post_ffw_norm.weight"])
             x = x + f
         out = w.get("output.weight", w["token_embd.weight"])
-        lg = rms(x, w["output_norm.weight"]) @ out.T
+        lg = rms(x[from_row:], w["output_norm.weight"]) @ out.T
         if self.final_softcap > 0:
             lg = self.final_softcap * np.tanh(lg / self.final_softcap)
         return lg
@@ -445,6 +449,30 @@ class Reference:
             if len(out) < n:
                 lg = self.logits([out[-1]], cache)[-1]
         return out
+
+
+def ref_perplexity(ref: Reference, tokens: list[int], bos: int | None) -> dict:
+    """`llama-perplexity -c 512` computed with the f64 reference: chunks of
+    PPL_CTX tokens, BOS replacing each chunk's first token where the model
+    adds one, the second half of each chunk scored; the running PPL after
+    every chunk (4 decimals, as llama.cpp prints it)."""
+    import numpy as np
+    first, nll, count, per_chunk = PPL_CTX // 2, 0.0, 0, []
+    t0 = time.time()
+    for c in range(len(tokens) // PPL_CTX):
+        chunk = list(tokens[c * PPL_CTX:(c + 1) * PPL_CTX])
+        if bos is not None:
+            chunk[0] = bos
+        lg = ref.logits(chunk, from_row=first)[:-1]  # rows first .. PPL_CTX-2
+        target = np.array(tokens[c * PPL_CTX + first + 1:(c + 1) * PPL_CTX])
+        m = lg.max(axis=1)
+        lse = m + np.log(np.exp(lg - m[:, None]).sum(axis=1))
+        nll += float((lse - lg[np.arange(len(target)), target]).sum())
+        count += len(target)
+        per_chunk.append(round(float(np.exp(nll / count)), 4))
+    print(f"  f64 reference perplexity {per_chunk[-1]} over {len(per_chunk)} chunks "
+          f"({time.time() - t0:.0f} s)", flush=True)
+    return {"ppl": per_chunk[-1], "per_chunk": per_chunk}
 
 
 def baselines(teacher_rows: dict, llm_fa_off, ref: Reference, tokens: list[int]) -> None:
@@ -582,6 +610,10 @@ def main() -> None:
         if "fa_off" not in ppl:
             off = run_perplexity(path, TEXTS["gpl3"], ("-fa", "off"))
             ppl["fa_off"] = {k: off[k] for k in ("tool", "ppl", "ppl_err", "per_chunk")}
+        if "ref" not in ppl:
+            bos = tokfix.read_gguf_metadata(path)["tokenizer.ggml.bos_token_id"]
+            ppl["ref"] = ref_perplexity(Reference(path), inputs["perplexity_tokens"]["tokens"],
+                                        bos if inputs["add_bos"] else None)
         fixture["perplexity"] = ppl
 
         t0 = time.time()
