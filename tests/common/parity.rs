@@ -790,8 +790,10 @@ pub fn check_greedy(c: &Case, names: &[&str], n_gen: usize, n_exact: usize) {
 
 /// Perplexity on GPL-3 over the first `n_chunks` chunks of 512 (all when
 /// `None`; at least 2, as for `combs perplexity`) within 1% of llama.cpp's
-/// running value after as many chunks. The text is tokenized the way
-/// `combs perplexity` does it, and must give llama.cpp's tokens.
+/// running value after as many chunks, and (where the fixture has the f64
+/// reference forward's perplexity) within 0.1% of that one. The text is
+/// tokenized the way `combs perplexity` does it, and must give llama.cpp's
+/// tokens.
 pub fn check_perplexity(c: &Case, n_chunks: Option<usize>) {
     let src = field(field(c.inputs, "texts"), "gpl3");
     let path = PathBuf::from(field(src, "path").as_str().expect("path"));
@@ -837,6 +839,15 @@ pub fn check_perplexity(c: &Case, n_chunks: Option<usize>) {
             rel_pct(o, theirs)
         );
     }
+    // the exact forward's value: how far llama.cpp's own numerics move it
+    let reference = ppl.get("ref").map(|f| floats(field(f, "per_chunk"))[n - 1]);
+    if let Some(x) = reference {
+        eprintln!(
+            "[{label}] baseline: f64 reference {x:.4} ({:+.3}% from llama.cpp), combs {:+.4}% from it",
+            rel_pct(x, theirs),
+            rel_pct(r.ppl, x)
+        );
+    }
     eprintln!(
         "RESULT {} perplexity ({n} chunks): combs {:.4} +/- {:.5}, llama.cpp {theirs:.4}, {d:+.3}%",
         c.label, r.ppl, r.ppl_err
@@ -847,4 +858,13 @@ pub fn check_perplexity(c: &Case, n_chunks: Option<usize>) {
         c.label,
         r.ppl
     );
+    if let Some(x) = reference {
+        assert!(
+            rel_pct(r.ppl, x).abs() <= 0.1,
+            "{}: PPL {:.4} is {:+.3}% from the f64 reference forward's {x:.4}",
+            c.label,
+            r.ppl,
+            rel_pct(r.ppl, x)
+        );
+    }
 }
