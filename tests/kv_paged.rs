@@ -18,9 +18,23 @@ use combs::runtime::{BatchRunner, Session, SessionOptions};
 use common::{Rng, gpu};
 
 fn tiny_model(seed: u64) -> Arc<dyn GenerativeModel> {
+    tiny_windowed_of("llama", seed, 0, 2)
+}
+
+/// A tiny model of `arch` with `n_layer` layers and a sliding window of
+/// `window` positions (0: none; Mistral: every layer; Gemma 3: every sixth
+/// layer global).
+fn tiny_windowed_of(
+    arch: &str,
+    seed: u64,
+    window: usize,
+    n_layer: usize,
+) -> Arc<dyn GenerativeModel> {
     let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
-    cfg.arch = "llama".into();
+    cfg.arch = arch.into();
     cfg.seed = seed;
+    cfg.sliding_window = window;
+    cfg.n_layer = n_layer;
     let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
     ModelRegistry::new()
         .load(&gpu(), &g, &LoadOptions::default())
@@ -379,22 +393,10 @@ fn batches_need_paged_sessions_of_one_pool_and_model() {
     assert_eq!(p.len(), 1);
 }
 
-/// A tiny Mistral-style model: every layer attends to the last `window` positions.
-fn tiny_windowed(seed: u64, window: usize) -> Arc<dyn GenerativeModel> {
-    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
-    cfg.arch = "mistral".into();
-    cfg.seed = seed;
-    cfg.sliding_window = window;
-    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
-    ModelRegistry::new()
-        .load(&gpu(), &g, &LoadOptions::default())
-        .expect("load")
-}
-
 #[test]
 fn rewinding_a_sliding_window_ring_past_what_it_holds_reevaluates() {
     let mut rng = Rng::fresh("ring_rewind");
-    let model = tiny_windowed(rng.next_u64(), 8);
+    let model = tiny_windowed_of("mistral", rng.next_u64(), 8, 2);
     let n_vocab = model.spec().n_vocab;
     let opts = SessionOptions {
         n_ctx: 64,
@@ -444,25 +446,6 @@ fn rewinding_a_sliding_window_ring_past_what_it_holds_reevaluates() {
         s.rewind(n_keep).expect("rewind");
         s.prefill(&toks[n_keep..]).expect("refill");
     }
-}
-
-/// A tiny windowed model of `arch` with `n_layer` layers (Gemma 3: every
-/// sixth layer global).
-fn tiny_windowed_of(
-    arch: &str,
-    seed: u64,
-    window: usize,
-    n_layer: usize,
-) -> Arc<dyn GenerativeModel> {
-    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
-    cfg.arch = arch.into();
-    cfg.seed = seed;
-    cfg.sliding_window = window;
-    cfg.n_layer = n_layer;
-    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
-    ModelRegistry::new()
-        .load(&gpu(), &g, &LoadOptions::default())
-        .expect("load")
 }
 
 #[test]
