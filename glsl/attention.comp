@@ -13,6 +13,12 @@
 // for sliding-window layers and 0 otherwise. Key at position j lives in the
 // cache row kv_slot() finds through the token's sequence page table.
 // Grouped-query attention: head h reads KV head h / (n_head / n_head_kv).
+//
+// With p.flags & 1 (decode: every token is the only new one of its
+// sequence) the kernel also stores each token's new K/V rows into the cache:
+// the first query head of each KV group writes them, and every head takes
+// the key and value at its own position from the f32 source, rounded to f16
+// exactly as stored, so no workgroup reads a cache row another one writes.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -24,12 +30,14 @@ layout(constant_id = 2) const uint DS = 4;     // invocations per key group (pow
 layout(constant_id = 3) const uint DPL = 16;   // head_dim / DS (even): dims per invocation
 
 layout(binding = 0) readonly buffer Q { float data_q[]; };
-layout(binding = 1) readonly buffer K { uint data_k[]; };
-layout(binding = 2) readonly buffer V { uint data_v[]; };
+layout(binding = 1) buffer K { uint data_k[]; };
+layout(binding = 2) buffer V { uint data_v[]; };
 layout(binding = 3) writeonly buffer O { float data_o[]; };
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer S { int page_table[]; };
 layout(binding = 6) readonly buffer T { int seq_base[]; };
+layout(binding = 7) readonly buffer KN { float data_kn[]; };
+layout(binding = 8) readonly buffer VN { float data_vn[]; };
 
 layout(push_constant) uniform Params {
     uint n_tokens;
@@ -45,6 +53,10 @@ layout(push_constant) uniform Params {
     uint window;      // 0: full causal attention
     uint page_size;   // cache rows per page
     uint ring;        // 0, or the ring size of a window-only cache
+    uint flags;       // 1: store the new K/V rows (see above)
+    uint ld_new;      // floats between tokens of the new K and V rows
+    uint k_new;       // float index of token 0's new K row
+    uint v_new;       // float index of token 0's new V row
 } p;
 
 #include "common/kv_slot.glsl"
@@ -81,14 +93,30 @@ void main() {
     const int lo = p.window > 0u ? max(0, pos - int(p.window) + 1) : 0;
     const int base = seq_base[tok];
 
+    const bool fused = (p.flags & 1u) != 0u;
+    // This token's new K/V head row in the source (f32).
+    const uint kn = p.k_new + tok * p.ld_new + kvh * p.head_dim;
+    const uint vn = p.v_new + tok * p.ld_new + kvh * p.head_dim;
+    if (fused && h % (p.n_head / p.n_head_kv) == 0u) {
+        const uint row = kv_slot(base, pos, p.page_size, p.ring) * kv_row_words
+                       + kvh * p.head_dim / 2u;
+        for (uint w = lid; w < p.head_dim / 2u; w += gl_WorkGroupSize.x) {
+            data_k[row + w] = packHalf2x16(vec2(data_kn[kn + 2u * w], data_kn[kn + 2u * w + 1u]));
+            data_v[row + w] = packHalf2x16(vec2(data_vn[vn + 2u * w], data_vn[vn + 2u * w + 1u]));
+        }
+    }
+
     float m = -1.0 / 0.0;
     float l = 0.0;
     // Every invocation of a key group runs the same iterations (shuffles).
     for (int j = lo + int(g); j <= pos; j += int(G)) {
+        const bool own = fused && j == pos;
         const uint row = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + head_word;
         float dot_ = 0.0;
         [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-            const vec2 k = unpackHalf2x16(data_k[row + i / 2u]);
+            const vec2 k = own
+                ? unpackHalf2x16(packHalf2x16(vec2(data_kn[kn + d0 + i], data_kn[kn + d0 + i + 1u])))
+                : unpackHalf2x16(data_k[row + i / 2u]);
             dot_ += q[i] * k.x + q[i + 1u] * k.y;
         }
         [[unroll]] for (uint off = 1u; off < DS; off <<= 1) {
@@ -103,7 +131,9 @@ void main() {
         const float w = exp(s - m_new);
         l = l * corr + w;
         [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-            const vec2 v = unpackHalf2x16(data_v[row + i / 2u]);
+            const vec2 v = own
+                ? unpackHalf2x16(packHalf2x16(vec2(data_vn[vn + d0 + i], data_vn[vn + d0 + i + 1u])))
+                : unpackHalf2x16(data_v[row + i / 2u]);
             acc[i] = acc[i] * corr + w * v.x;
             acc[i + 1u] = acc[i + 1u] * corr + w * v.y;
         }

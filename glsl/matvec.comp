@@ -6,8 +6,13 @@
 // the other tokens. A group of TPR invocations shares
 // NR consecutive rows: each invocation loads a unit of x (32 columns, 64 for
 // Q4_K) once and applies it to all NR rows, so x is read from cache NR times
-// less often than the weights. The workgroup covers (WG / TPR) * NR rows of
-// one weight chunk.
+// less often than the weights. The workgroup's invocations form KS column
+// slices of RG = WG / (TPR * KS) row groups: it covers RG * NR rows of one
+// weight chunk, each slice walking its share of the columns (the slices' sums
+// meet in shared memory). Row groups of one subgroup walk the same units at
+// the same time, so their loads of x are the same addresses (one cache line
+// serves them all): narrow groups (TPR 8) with many rows per subgroup read x
+// far less often than one wide group per row.
 //
 // Q4_0, Q4_1, Q8_0 and Q4_K take a fast path that never converts an integer
 // to float (a quarter-rate instruction on NVIDIA, which bound the generic
@@ -35,6 +40,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32; // 1: unknown, reduce through shared memory
 layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, a power of two
 layout(constant_id = 3) const uint NR = 1;        // rows per row group
+layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one per lane set
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
@@ -159,7 +165,8 @@ const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
 shared float red[gl_WorkGroupSize.x * (NR + 1u)];
 
 void main() {
-    const uint rows_per_wg = (gl_WorkGroupSize.x / TPR) * NR;
+    const uint RG = gl_WorkGroupSize.x / (TPR * KS);
+    const uint rows_per_wg = RG * NR;
     const uint wgl = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     const uint tok = wgl % p.n_tok;
     const uint wg = wgl / p.n_tok;
@@ -167,8 +174,13 @@ void main() {
     const uint d_off = p.d_offset + tok * p.ld_d;
     const uint lid = gl_LocalInvocationID.x;
     const uint lane = lid % TPR;
-    const uint row0 = wg * rows_per_wg + (lid / TPR) * NR;
+    const uint rg = (lid / TPR) % RG;
+    const uint slice = lid / (TPR * RG);
+    const uint row0 = wg * rows_per_wg + rg * NR;
     const uint units = p.k / (32u * USUBS);
+    const uint per_slice = (units + KS - 1u) / KS;
+    const uint u_lo = slice * per_slice;
+    const uint u_hi = min(units, u_lo + per_slice);
     const bool norm = (p.flags & 4u) != 0u;
     const bool norm1 = (p.flags & 8u) != 0u;
 
@@ -178,7 +190,7 @@ void main() {
         acc[r] = 0.0;
     }
     if (row0 < p.m) {
-        for (uint u = lane; u < units; u += TPR) {
+        for (uint u = u_lo + lane; u < u_hi; u += TPR) {
             const uint xb = u * UVEC4;
             vec4 xv[UVEC4];
             [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
@@ -222,25 +234,29 @@ void main() {
             acc[r] += subgroupShuffleXor(acc[r], off);
         }
     }
-    if (TPR > SG) {
-        // One partial per run of SG lanes, summed by the group's first lane.
+    if (TPR > SG || KS > 1u) {
+        // One partial per run of SG lanes of each slice, in the row group's
+        // PARTS consecutive slots; the group's first lane of slice 0 sums them.
+        const uint runs = TPR / SG;
+        const uint parts = runs * KS;
         if (lid % SG == 0u) {
+            const uint slot = rg * parts + slice * runs + lane / SG;
             [[unroll]] for (uint r = 0u; r <= NR; r++) {
-                red[(lid / SG) * (NR + 1u) + r] = acc[r];
+                red[slot * (NR + 1u) + r] = acc[r];
             }
         }
         barrier();
-        if (lane == 0u) {
+        if (lane == 0u && slice == 0u) {
             [[unroll]] for (uint r = 0u; r <= NR; r++) {
                 float t = 0.0;
-                for (uint i = 0u; i < TPR / SG; i++) {
-                    t += red[(lid / SG + i) * (NR + 1u) + r];
+                for (uint i = 0u; i < parts; i++) {
+                    t += red[(rg * parts + i) * (NR + 1u) + r];
                 }
                 acc[r] = t;
             }
         }
     }
-    if (lane != 0u) {
+    if (lane != 0u || slice != 0u) {
         return;
     }
     const float inv = norm ? inversesqrt(acc[NR] / float(p.k) + p.eps) : 1.0;

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, upload_new};
 use combs::ops::View;
 use combs::ops::attention::{
-    AttentionOptions, AttentionShape, AttentionVariant, CacheAddressing, attention_ref,
-    record_attention_with, record_kv_store,
+    AttentionOptions, AttentionShape, AttentionVariant, CacheAddressing, NewRows, attention_ref,
+    record_attention_with, record_decode_attention_storing, record_kv_store,
 };
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
-    LinearVariant, MatvecOptions, MatvecRope, NormInput, linear_ref, record_linear_with,
+    LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref, record_linear_with,
     record_matvec,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
@@ -253,7 +253,7 @@ fn check_matvec_folded(
     glu: Option<Activation>,
     bias: bool,
     accumulate: bool,
-    shape: Option<(u32, u32)>,
+    shape: Option<MatvecShape>,
 ) {
     let ctx = gpu();
     let label = format!("matvec_folded_{}_{rows}x{cols}", t.name());
@@ -337,8 +337,10 @@ fn matvec_folded_norm_matches_ref() {
     ] {
         for (flavor, shape) in [
             (NormFlavor::Plain, None),
-            (NormFlavor::ZeroCentred, Some((4, 3))),
-            (NormFlavor::Plain, Some((64, 2))),
+            (NormFlavor::ZeroCentred, Some(MatvecShape { tpr: 4, nr: 3, ks: 1 })),
+            (NormFlavor::Plain, Some(MatvecShape { tpr: 8, nr: 3, ks: 4 })),
+            (NormFlavor::Plain, Some(MatvecShape { tpr: 64, nr: 2, ks: 1 })),
+            (NormFlavor::ZeroCentred, Some(MatvecShape { tpr: 32, nr: 1, ks: 2 })),
         ] {
             check_matvec_folded(t, 37, 768, Some(flavor), None, true, false, shape);
         }
@@ -363,7 +365,7 @@ fn matvec_folded_norm_matches_ref() {
             None,
             true,
             true,
-            Some((64, 8)),
+            Some(MatvecShape { tpr: 64, nr: 8, ks: 1 }),
         );
     }
 }
@@ -378,8 +380,9 @@ fn matvec_gated_pairs_match_ref() {
     ] {
         for (act, norm, shape) in [
             (Activation::Silu, Some(NormFlavor::Plain), None),
-            (Activation::GeluTanh, None, Some((16, 1))),
-            (Activation::Silu, None, Some((64, 4))),
+            (Activation::GeluTanh, None, Some(MatvecShape { tpr: 16, nr: 1, ks: 1 })),
+            (Activation::Silu, None, Some(MatvecShape { tpr: 8, nr: 4, ks: 2 })),
+            (Activation::Silu, None, Some(MatvecShape { tpr: 64, nr: 4, ks: 1 })),
         ] {
             // 2 x 67 rows: pairs straddle no group, the last group is partial
             check_matvec_folded(t, 134, 512, norm, Some(act), false, false, shape);
@@ -414,7 +417,7 @@ fn matvec_folded_rope_matches_ref() {
     let mut rng = Rng::fresh("matvec_folded_rope");
     let (hd, n_rot, cols) = (64, 24, 512);
     let rows = 5 * hd;
-    for (t, shape) in [(QuantType::Q4_0, None), (QuantType::Q6K, Some((8, 3)))] {
+    for (t, shape) in [(QuantType::Q4_0, None), (QuantType::Q6K, Some(MatvecShape { tpr: 8, nr: 3, ks: 1 })), (QuantType::Q4K, Some(MatvecShape { tpr: 8, nr: 2, ks: 4 }))] {
         let bytes = random_weight(&mut rng, t, rows * cols);
         let mut up = Uploader::new(&ctx).expect("staging");
         let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
@@ -867,6 +870,150 @@ fn attention_window_softcap_and_wide_heads_match_ref() {
             window: 0,
         },
     );
+}
+
+/// The decode kernel storing each sequence's new K/V row itself: the same
+/// cache contents and the same outputs, bit for bit, as `kv_store` followed by
+/// the kernel reading them back, for several sequences of a paged cache
+/// (pages out of order, one new token each at different lengths, GQA, a
+/// sliding window on the second run).
+#[test]
+fn attention_decode_storing_equals_store_then_attend() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("attention_storing");
+    let shape = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let (page, n_pages) = (4usize, 40usize);
+    let width = shape.n_head_kv * shape.head_dim;
+    let qw = shape.n_head * shape.head_dim;
+    // Sequence lengths before the new token, and each one's pages.
+    let past = [0usize, 7, 13, 30];
+    let mut free: Vec<i32> = (0..n_pages as i32).rev().collect();
+    free.swap(3, 17);
+    let mut table = Vec::new();
+    let mut base = Vec::new();
+    for &n in &past {
+        base.push(table.len() as i32);
+        for _ in 0..(n + 1).div_ceil(page) {
+            table.push(free.pop().expect("pages"));
+        }
+    }
+    let nt = past.len();
+    let bytes = (n_pages * page * width * 2) as u64;
+    let table_b = host_i32(&ctx, &table);
+    let base_b = host_i32(&ctx, &base);
+    for window in [0usize, 9] {
+        let opts = AttentionOptions {
+            scale: 0.125,
+            softcap: 0.0,
+            window,
+        };
+        // Old rows of every sequence, written by kv_store into both caches.
+        let caches: Vec<(Arc<Buffer>, Arc<Buffer>)> = (0..2)
+            .map(|_| {
+                (
+                    Buffer::new(&ctx, bytes, MemoryKind::Readback, "k").expect("k"),
+                    Buffer::new(&ctx, bytes, MemoryKind::Readback, "v").expect("v"),
+                )
+            })
+            .collect();
+        let zero = vec![0u8; bytes as usize];
+        for (k, v) in &caches {
+            k.write_bytes(0, &zero).expect("clear");
+            v.write_bytes(0, &zero).expect("clear");
+        }
+        let mut old_pos = Vec::new();
+        let mut old_base = Vec::new();
+        for (i, &n) in past.iter().enumerate() {
+            for j in 0..n {
+                old_pos.push(j as i32);
+                old_base.push(base[i]);
+            }
+        }
+        let n_old = old_pos.len();
+        let old_k = device_f32(&ctx, &rng.normals(n_old * width, 1.0));
+        let old_v = device_f32(&ctx, &rng.normals(n_old * width, 1.0));
+        let (op, ob) = (host_i32(&ctx, &old_pos), host_i32(&ctx, &old_base));
+        let at_old = CacheAddressing {
+            positions: &op,
+            page_table: &table_b,
+            seq_base: &ob,
+            page_size: page,
+            ring: 0,
+        };
+        for (k, v) in &caches {
+            run(&ctx, |rec| {
+                record_kv_store(rec, View::new(&old_k, width), n_old, width, k, at_old).expect("k");
+                record_kv_store(rec, View::new(&old_v, width), n_old, width, v, at_old).expect("v");
+            });
+        }
+        // The new token of every sequence, inside a wider row as in a fused QKV.
+        let ld = qw + 2 * width;
+        let qkv = device_f32(&ctx, &rng.normals(nt * ld, 1.0));
+        let new_pos: Vec<i32> = past.iter().map(|&n| n as i32).collect();
+        let np = host_i32(&ctx, &new_pos);
+        let at = CacheAddressing {
+            positions: &np,
+            page_table: &table_b,
+            seq_base: &base_b,
+            page_size: page,
+            ring: 0,
+        };
+        let q = View::new(&qkv, ld);
+        let new = NewRows {
+            k: q.shift(qw),
+            v: q.shift(qw + width),
+        };
+        let outs = [readback(&ctx, nt * qw), readback(&ctx, nt * qw)];
+        run(&ctx, |rec| {
+            let (k, v) = &caches[0];
+            record_kv_store(rec, new.k, nt, width, k, at).expect("k");
+            record_kv_store(rec, new.v, nt, width, v, at).expect("v");
+            record_attention_with(
+                rec,
+                AttentionVariant::Tiled,
+                q,
+                View::new(&outs[0], qw),
+                nt,
+                shape,
+                k,
+                v,
+                at,
+                opts,
+            )
+            .expect("attention");
+        });
+        run(&ctx, |rec| {
+            let (k, v) = &caches[1];
+            record_decode_attention_storing(
+                rec,
+                q,
+                new,
+                View::new(&outs[1], qw),
+                nt,
+                shape,
+                k,
+                v,
+                at,
+                opts,
+            )
+            .expect("attention storing");
+        });
+        let (a, b) = (read(&outs[0], nt * qw), read(&outs[1], nt * qw));
+        assert!(a.iter().all(|x| x.is_finite()), "window {window}: non-finite output");
+        assert_eq!(a, b, "window {window}: outputs differ");
+        let mut ka = vec![0u8; bytes as usize];
+        let mut kb = vec![0u8; bytes as usize];
+        for pick in [0, 1] {
+            let sel = |c: &(Arc<Buffer>, Arc<Buffer>)| if pick == 0 { c.0.clone() } else { c.1.clone() };
+            sel(&caches[0]).read_bytes(0, &mut ka).expect("read");
+            sel(&caches[1]).read_bytes(0, &mut kb).expect("read");
+            assert!(ka == kb, "window {window}: cache {} differs", ["K", "V"][pick]);
+        }
+    }
 }
 
 #[test]

@@ -16,6 +16,8 @@ mod bench;
 mod bench_batch;
 #[path = "combs/common.rs"]
 mod common;
+#[path = "combs/kernel_bench.rs"]
+mod kernel_bench;
 #[path = "combs/info.rs"]
 mod info;
 #[path = "combs/perplexity.rs"]
@@ -50,6 +52,8 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Requantize a GGUF file to another type, as llama-quantize does.
     Quantize(quantize::QuantizeArgs),
+    /// GPU time of single kernels at a model's matrix shapes (tuning).
+    KernelBench(kernel_bench::KernelBenchArgs),
 }
 
 /// Why a subcommand failed.
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args, &mut out),
         Command::Synth(args) => synth::run(args, &mut out),
         Command::Quantize(args) => quantize::run(args, &mut out),
+        Command::KernelBench(args) => kernel_bench::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(CliError::from));
     match result {

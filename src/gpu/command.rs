@@ -83,7 +83,7 @@ pub fn groups_1d(ctx: &GpuContext, n: u32) -> [u32; 3] {
 }
 
 const SETS_PER_POOL: u32 = 256;
-const MAX_BINDINGS_PER_SET: u32 = 8;
+const MAX_BINDINGS_PER_SET: u32 = 12;
 const MAX_TIMESTAMPS: u32 = 2048;
 
 /// A replayable command buffer and everything it references.
@@ -121,6 +121,21 @@ impl Recording {
     /// # Errors
     /// A failing Vulkan call.
     pub fn new(ctx: &Arc<GpuContext>, timestamps: bool) -> Result<Self> {
+        let mut rec = Self::with_query_pool(ctx, timestamps)?;
+        rec.profile = timestamps;
+        Ok(rec)
+    }
+
+    /// Starts recording with a query pool for [`Recording::timestamp`] but no
+    /// stamp after each dispatch: for timing a stretch of work as a whole.
+    ///
+    /// # Errors
+    /// A failing Vulkan call.
+    pub fn timed(ctx: &Arc<GpuContext>) -> Result<Self> {
+        Self::with_query_pool(ctx, true)
+    }
+
+    fn with_query_pool(ctx: &Arc<GpuContext>, timestamps: bool) -> Result<Self> {
         let dev = ctx.device();
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(ctx.queue_family())
@@ -142,7 +157,7 @@ impl Recording {
             read: HashSet::new(),
             query_pool: None,
             labels: Vec::new(),
-            profile: timestamps,
+            profile: false,
             stages_since_barrier: vk::PipelineStageFlags::empty(),
             finished: false,
             n_dispatches: 0,

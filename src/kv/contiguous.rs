@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{AttentionIo, CacheKind, KVCache, KvAttention, LayerGeometry};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording, run_once};
-use crate::ops::attention::{CacheAddressing, record_attention, record_kv_store};
+use crate::ops::attention::{CacheAddressing, NewRows, record_store_and_attention};
 
 struct LayerCache {
     k: Arc<Buffer>,
@@ -108,12 +108,10 @@ impl KvAttention for ContiguousKVCache {
             page_size: layer.rows,
             ring: layer.ring,
         };
-        let width = io.shape.n_head_kv * io.shape.head_dim;
-        record_kv_store(rec, io.k, io.n_tokens, width, &layer.k, at)?;
-        record_kv_store(rec, io.v, io.n_tokens, width, &layer.v, at)?;
-        record_attention(
+        record_store_and_attention(
             rec,
             io.q,
+            NewRows { k: io.k, v: io.v },
             io.o,
             io.n_tokens,
             io.shape,
@@ -121,6 +119,7 @@ impl KvAttention for ContiguousKVCache {
             &layer.v,
             at,
             io.opts,
+            io.n_tokens == 1,
         )
     }
 }

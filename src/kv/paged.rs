@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::{AttentionIo, CacheKind, KVCache, KvAttention, LayerGeometry};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording, run_once};
-use crate::ops::attention::{CacheAddressing, record_attention, record_kv_store};
+use crate::ops::attention::{CacheAddressing, NewRows, record_store_and_attention};
 
 /// Most positions one sequence adds in one forward call on a pool with
 /// sliding-window layers (their rings hold the window plus this many rows).
@@ -405,12 +405,10 @@ impl PagePool {
             page_size: self.page_size,
             ring,
         };
-        let width = io.shape.n_head_kv * io.shape.head_dim;
-        record_kv_store(rec, io.k, io.n_tokens, width, &layer.k, at)?;
-        record_kv_store(rec, io.v, io.n_tokens, width, &layer.v, at)?;
-        record_attention(
+        record_store_and_attention(
             rec,
             io.q,
+            NewRows { k: io.k, v: io.v },
             io.o,
             io.n_tokens,
             io.shape,
@@ -418,6 +416,7 @@ impl PagePool {
             &layer.v,
             at,
             io.opts,
+            t.one_per_sequence || io.n_tokens == 1,
         )
     }
 }
@@ -430,6 +429,8 @@ struct Tables<'a> {
     full_base: &'a Arc<Buffer>,
     ring: &'a Arc<Buffer>,
     ring_base: &'a Arc<Buffer>,
+    /// Every token is the only new one of its sequence (batched decode).
+    one_per_sequence: bool,
 }
 
 /// One sequence's pages in a [`PagePool`].
@@ -582,6 +583,7 @@ impl KvAttention for PagedKVCache {
                 full_base: &self.seq_base,
                 ring: &self.ring_table,
                 ring_base: &self.seq_base,
+                one_per_sequence: false,
             },
         )
     }
@@ -767,6 +769,9 @@ pub struct PagedBatchView<'a> {
     pub ring_base: &'a Arc<Buffer>,
     /// The context size of the sequences (one rope-scaling choice for all).
     pub n_ctx: usize,
+    /// Every token is the only new one of its sequence (a decode step): the
+    /// attention kernel may store the new K/V rows itself.
+    pub one_per_sequence: bool,
 }
 
 impl KvAttention for PagedBatchView<'_> {
@@ -784,6 +789,7 @@ impl KvAttention for PagedBatchView<'_> {
                 full_base: self.seq_base,
                 ring: self.ring_table,
                 ring_base: self.ring_base,
+                one_per_sequence: self.one_per_sequence,
             },
         )
     }

@@ -311,3 +311,11 @@ pub fn synth_gguf(cfg: &SynthConfig) -> Result<GgufWriter> {
     }
     Ok(w)
 }
+
+/// Random GGUF bytes for a `rows × cols` weight of type `t` (weights of
+/// standard deviation about 1/√cols, valid scales), drawn from `seed`: what
+/// kernel benchmarks multiply without building a whole model.
+pub fn random_weight_bytes(t: QuantType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut bits = Bits(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+    random_tensor(&mut bits, t, rows * cols, 1.0 / (cols.max(1) as f32).sqrt())
+}

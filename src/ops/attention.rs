@@ -42,8 +42,16 @@ pub struct AttentionParams {
     pub page_size: u32,
     /// Ring size of a window-only cache (0: none).
     pub ring: u32,
+    /// 1: the decode kernel also stores the new K/V rows (see [`NewRows`]).
+    pub flags: u32,
+    /// Floats between tokens of the new K and V rows.
+    pub ld_new: u32,
+    /// Float index of token 0's new K row.
+    pub k_new: u32,
+    /// Float index of token 0's new V row.
+    pub v_new: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 52);
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 68);
 
 /// Push constants of `glsl/kv_store.comp`.
 #[repr(C)]
@@ -209,6 +217,67 @@ pub struct AttentionOptions {
     pub window: usize,
 }
 
+/// The new K and V rows of an attention call (f32, `n_tokens × n_head_kv ×
+/// head_dim`), for the decode kernel to store into the cache itself.
+#[derive(Clone, Copy)]
+pub struct NewRows<'a> {
+    /// Keys, roped.
+    pub k: View<'a>,
+    /// Values.
+    pub v: View<'a>,
+}
+
+/// Records the store of the new K/V rows into the cache and the attention of
+/// `n_tokens` queries over it. Where every token is the only new one of its
+/// sequence (`one_per_sequence`: decode, batched decode) and the device runs
+/// the decode kernel, that kernel stores the rows itself, one dispatch
+/// instead of three; otherwise `kv_store` writes them first.
+///
+/// # Errors
+/// As [`record_kv_store`] and [`record_attention_with`].
+#[allow(clippy::too_many_arguments)]
+pub fn record_store_and_attention(
+    rec: &mut Recording,
+    q: View<'_>,
+    new: NewRows<'_>,
+    o: View<'_>,
+    n_tokens: usize,
+    shape: AttentionShape,
+    k_cache: &Arc<Buffer>,
+    v_cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+    opts: AttentionOptions,
+    one_per_sequence: bool,
+) -> Result<()> {
+    let cpu = rec.context().caps().device_type == ash::vk::PhysicalDeviceType::CPU;
+    let variant = if one_per_sequence && !cpu {
+        AttentionVariant::Tiled
+    } else {
+        AttentionVariant::choose(rec.context(), n_tokens)
+    };
+    if one_per_sequence && variant == AttentionVariant::Tiled {
+        return record_attention_inner(
+            rec,
+            variant,
+            q,
+            o,
+            n_tokens,
+            shape,
+            k_cache,
+            v_cache,
+            at,
+            opts,
+            Some(new),
+        );
+    }
+    let width = shape.n_head_kv * shape.head_dim;
+    record_kv_store(rec, new.k, n_tokens, width, k_cache, at)?;
+    record_kv_store(rec, new.v, n_tokens, width, v_cache, at)?;
+    record_attention_with(
+        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts,
+    )
+}
+
 /// Records attention of `n_tokens` query rows of `q` into `o` with the
 /// variant [`AttentionVariant::choose`] picks.
 ///
@@ -249,6 +318,67 @@ pub fn record_attention_with(
     at: CacheAddressing<'_>,
     opts: AttentionOptions,
 ) -> Result<()> {
+    record_attention_inner(
+        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts, None,
+    )
+}
+
+/// Records the decode kernel storing `new` itself (each token the only new
+/// one of its sequence; the caller guarantees it): the path
+/// [`record_store_and_attention`] takes on GPUs, callable on any device.
+///
+/// # Errors
+/// As [`record_attention_with`].
+#[allow(clippy::too_many_arguments)]
+pub fn record_decode_attention_storing(
+    rec: &mut Recording,
+    q: View<'_>,
+    new: NewRows<'_>,
+    o: View<'_>,
+    n_tokens: usize,
+    shape: AttentionShape,
+    k_cache: &Arc<Buffer>,
+    v_cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+    opts: AttentionOptions,
+) -> Result<()> {
+    record_attention_inner(
+        rec,
+        AttentionVariant::Tiled,
+        q,
+        o,
+        n_tokens,
+        shape,
+        k_cache,
+        v_cache,
+        at,
+        opts,
+        Some(new),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_attention_inner(
+    rec: &mut Recording,
+    variant: AttentionVariant,
+    q: View<'_>,
+    o: View<'_>,
+    n_tokens: usize,
+    shape: AttentionShape,
+    k_cache: &Arc<Buffer>,
+    v_cache: &Arc<Buffer>,
+    at: CacheAddressing<'_>,
+    opts: AttentionOptions,
+    new: Option<NewRows<'_>>,
+) -> Result<()> {
+    if let Some(n) = new
+        && (variant != AttentionVariant::Tiled || n.k.ld != n.v.ld)
+    {
+        return Err(ModelError::Internal(format!(
+            "{variant:?} attention cannot store new rows (strides {} and {})",
+            n.k.ld, n.v.ld
+        )));
+    }
     if !shape.head_dim.is_multiple_of(2)
         || shape.head_dim > MAX_HEAD_DIM
         || shape.n_head_kv == 0
@@ -277,6 +407,10 @@ pub fn record_attention_with(
         window: pc_u32("window", opts.window)?,
         page_size: pc_u32("page_size", at.page_size)?,
         ring: pc_u32("ring", at.ring)?,
+        flags: u32::from(new.is_some()),
+        ld_new: pc_u32("ld_new", new.map_or(0, |n| n.k.ld))?,
+        k_new: pc_u32("k_new", new.map_or(0, |n| n.k.offset))?,
+        v_new: pc_u32("v_new", new.map_or(0, |n| n.v.offset))?,
     };
     let ctx = rec.context().clone();
     let (kernel, spec, groups) = match variant {
@@ -317,12 +451,22 @@ pub fn record_attention_with(
         &spec,
         &[
             Binding::read(q.buf),
-            Binding::read(k_cache),
-            Binding::read(v_cache),
+            if new.is_some() {
+                Binding::write(k_cache)
+            } else {
+                Binding::read(k_cache)
+            },
+            if new.is_some() {
+                Binding::write(v_cache)
+            } else {
+                Binding::read(v_cache)
+            },
             Binding::write(o.buf),
             Binding::read(at.positions),
             Binding::read(at.page_table),
             Binding::read(at.seq_base),
+            Binding::read(new.map_or(q.buf, |n| n.k.buf)),
+            Binding::read(new.map_or(q.buf, |n| n.v.buf)),
         ],
         bytemuck::bytes_of(&params),
         groups,

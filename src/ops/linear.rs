@@ -126,12 +126,13 @@ fn rows_tiling(n: usize) -> (usize, usize) {
 /// llama-1b q4_0 (before the row loop lost its per-row branch): (32, 4) 377,
 /// (64, 4) 395, and 405 with the rows rule below, which gives its 2048-row
 /// matrices 2 rows per group.
-fn matvec_shape(sg: u32, rows: usize, cols: usize) -> (u32, u32) {
+fn matvec_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
+    let s = |tpr, nr| MatvecShape { tpr, nr, ks: 1 };
     if sg <= 1 {
-        return (32, 1);
+        return s(32, 1);
     }
     if rows >= 4096 && cols >= 4096 && sg <= 64 {
-        return (64, 8);
+        return s(64, 8);
     }
     let tpr = sg.min(32);
     let nr = if rows >= 8192 {
@@ -141,7 +142,36 @@ fn matvec_shape(sg: u32, rows: usize, cols: usize) -> (u32, u32) {
     } else {
         1
     };
-    (tpr, nr)
+    s(tpr, nr)
+}
+
+/// How `matvec.comp` lays a workgroup over a weight: `ks` column slices of
+/// row groups of `tpr` invocations, each group holding `nr` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatvecShape {
+    /// Invocations per row group (a power of two, at most 128).
+    pub tpr: u32,
+    /// Rows per row group (1..=8).
+    pub nr: u32,
+    /// Column slices (a power of two; `tpr * ks` at most 128).
+    pub ks: u32,
+}
+
+impl MatvecShape {
+    /// `ks` = 1: every row group walks all columns.
+    pub fn new(tpr: u32, nr: u32) -> Self {
+        MatvecShape { tpr, nr, ks: 1 }
+    }
+
+    /// The shape combs picks for a chunk of `rows` × `cols` on this device.
+    pub fn choose(ctx: &GpuContext, rows: usize, cols: usize) -> Self {
+        matvec_shape(kernel_subgroup(ctx), rows, cols)
+    }
+
+    /// Rows one workgroup covers.
+    pub fn rows_per_workgroup(&self) -> usize {
+        (MATVEC_WG / (self.tpr * self.ks) * self.nr) as usize
+    }
 }
 
 /// A linear layer: a weight `[out, in]` and an optional f32 bias `[out]`.
@@ -400,9 +430,8 @@ pub struct NormInput<'a> {
 /// What a single-token matvec does besides `W x`, and how it is laid out.
 #[derive(Clone, Copy, Default)]
 pub struct MatvecOptions<'a> {
-    /// (invocations per row group, rows per group) instead of the device's
-    /// choice: a power of two at most 128, and 1..=8 (tests, tuning).
-    pub shape: Option<(u32, u32)>,
+    /// The workgroup layout instead of the device's choice (tests, tuning).
+    pub shape: Option<MatvecShape>,
     /// Normalize the input first.
     pub norm: Option<NormInput<'a>>,
     /// The weight's rows alternate gate, up (an even number of them): write
@@ -531,15 +560,21 @@ fn record_matvec_chunk(
     }
     let ctx = rec.context().clone();
     let sg = kernel_subgroup(&ctx);
-    let (tpr, mut nr) = opts
+    let mut shape = opts
         .shape
         .unwrap_or_else(|| matvec_shape(sg, chunk.n_rows, k));
-    if !tpr.is_power_of_two() || tpr > MATVEC_WG || !(1..=8).contains(&nr) {
-        return Err(ModelError::Internal(format!("matvec shape ({tpr}, {nr})")));
+    let MatvecShape { tpr, ks, .. } = shape;
+    if !tpr.is_power_of_two()
+        || !ks.is_power_of_two()
+        || tpr * ks > MATVEC_WG
+        || !(1..=8).contains(&shape.nr)
+    {
+        return Err(ModelError::Internal(format!("matvec shape {shape:?}")));
     }
-    if (opts.glu.is_some() || opts.rope.is_some()) && nr % 2 == 1 {
-        nr += 1;
+    if (opts.glu.is_some() || opts.rope.is_some()) && shape.nr % 2 == 1 {
+        shape.nr += 1;
     }
+    let nr = shape.nr;
     let nb = chunk.n_rows * k / w.qtype().block_size();
     let params = MatvecParams {
         k: pc_u32("k", k)?,
@@ -558,14 +593,14 @@ fn record_matvec_chunk(
         ld_x: pc_u32("ld_x", x.ld / 4)?,
         ld_d: pc_u32("ld_d", out.ld)?,
     };
-    let rows_per_wg = (MATVEC_WG / tpr * nr) as usize;
+    let rows_per_wg = shape.rows_per_workgroup();
     let groups = groups_1d(
         &ctx,
         pc_u32("groups", chunk.n_rows.div_ceil(rows_per_wg) * n.max(1))?,
     );
     rec.dispatch(
         kernel("matvec", w)?,
-        &[MATVEC_WG, sg, tpr, nr],
+        &[MATVEC_WG, sg, tpr, nr, ks],
         &[
             Binding::read(&chunk.buffer),
             Binding::read(x.buf),

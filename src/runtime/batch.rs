@@ -325,8 +325,9 @@ impl BatchRunner {
             ring_table,
             ring_base,
             n_ctx,
+            one_per_sequence: segs.iter().all(|s| s.len == 1),
         };
-        let decode = segs.iter().all(|s| s.len == 1);
+        let decode = view.one_per_sequence;
         let model = self.model.clone();
         let record = |rec: &mut Recording| -> Result<()> {
             model.record_embed(rec, scratch, n_tok)?;

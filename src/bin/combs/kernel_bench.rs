@@ -1,0 +1,238 @@
+//! `combs kernel-bench`: GPU time of single kernels at the matrix shapes of a
+//! model preset, for tuning the kernels' workgroup layouts on a device. Each
+//! case records `-r` dispatches in one command buffer, with the barrier a
+//! forward pass would put between them, over enough copies of the weight
+//! that they do not fit the GPU's cache; timestamps around the run give
+//! microseconds per dispatch, GB/s of weights (matvec) or TFLOP/s (matmul).
+
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Args;
+use combs::ModelError;
+use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader};
+use combs::models::synth::{SynthConfig, random_weight_bytes};
+use combs::ops::View;
+use combs::ops::linear::{
+    LinearVariant, MatvecOptions, MatvecShape, record_linear_with, record_matvec,
+};
+use combs::quant::{QuantType, QuantWeight};
+
+use crate::CliError;
+
+/// Arguments of `combs kernel-bench`.
+#[derive(Args, Debug)]
+pub struct KernelBenchArgs {
+    /// Model shape whose matrices are timed: smollm2-135m, llama-1b, llama-8b.
+    #[arg(long, default_value = "llama-1b")]
+    preset: String,
+    /// Weight types, comma-separated.
+    #[arg(long = "type", value_name = "QTYPES", value_delimiter = ',', default_value = "q4_0")]
+    qtypes: Vec<String>,
+    /// Matvec layouts TPRxNRxKS (invocations per row group, rows per group,
+    /// column slices), comma-separated; `auto` is combs' own choice.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    shapes: Vec<String>,
+    /// Token counts for the tiled linear kernels (0: none), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    tokens: Vec<usize>,
+    /// Dispatches per timed run.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 64)]
+    reps: usize,
+    /// Vulkan device index.
+    #[arg(long, value_name = "N")]
+    device: Option<usize>,
+}
+
+/// One matrix of a model: its name and `rows × cols`.
+struct Matrix {
+    name: &'static str,
+    rows: usize,
+    cols: usize,
+}
+
+/// The weights a decode step of `cfg` multiplies, as combs loads them (Q/K/V
+/// stacked, gate/up interleaved).
+fn matrices(cfg: &SynthConfig) -> Vec<Matrix> {
+    let (e, q, kv, ff) = (
+        cfg.n_embd,
+        cfg.n_head * cfg.head_dim,
+        cfg.n_head_kv * cfg.head_dim,
+        cfg.n_ff,
+    );
+    vec![
+        Matrix { name: "qkv", rows: q + 2 * kv, cols: e },
+        Matrix { name: "out", rows: e, cols: q },
+        Matrix { name: "gate_up", rows: 2 * ff, cols: e },
+        Matrix { name: "down", rows: e, cols: ff },
+        Matrix { name: "head", rows: cfg.n_vocab, cols: e },
+    ]
+}
+
+fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
+    if s == "auto" {
+        return Ok(None);
+    }
+    let v: Vec<u32> = s
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| ModelError::invalid("--shapes", format!("`{s}` is not TPRxNRxKS")))?;
+    match v[..] {
+        [tpr, nr] => Ok(Some(MatvecShape::new(tpr, nr))),
+        [tpr, nr, ks] => Ok(Some(MatvecShape { tpr, nr, ks })),
+        _ => Err(ModelError::invalid("--shapes", format!("`{s}` is not TPRxNRxKS")).into()),
+    }
+}
+
+fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+        })
+        .collect()
+}
+
+/// Copies of one weight, enough that together they exceed the GPU's cache.
+fn weight_copies(
+    ctx: &Arc<GpuContext>,
+    t: QuantType,
+    m: &Matrix,
+) -> Result<Vec<QuantWeight>, CliError> {
+    let mut up = Uploader::new(ctx)?;
+    let one = combs::quant::device_bytes(t, m.rows * m.cols / t.block_size());
+    let n = (256usize << 20).div_ceil(one.max(1)).clamp(2, 64);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let bytes = random_weight_bytes(t, m.rows, m.cols, 7 + i as u64);
+        out.push(QuantWeight::from_gguf_bytes(
+            ctx, &mut up, m.name, t, m.rows, m.cols, &bytes,
+        )?);
+    }
+    up.flush()?;
+    Ok(out)
+}
+
+/// Microseconds per dispatch of `record` run `reps` times (the second of two
+/// submissions, so pipelines and caches are warm).
+fn time(
+    ctx: &Arc<GpuContext>,
+    reps: usize,
+    mut record: impl FnMut(&mut Recording, usize) -> combs::Result<()>,
+) -> Result<f64, CliError> {
+    let mut rec = Recording::timed(ctx)?;
+    rec.timestamp("start");
+    for i in 0..reps {
+        record(&mut rec, i)?;
+    }
+    rec.timestamp("end");
+    rec.finish()?;
+    rec.submit_and_wait()?;
+    rec.submit_and_wait()?;
+    let t = rec.timestamps()?;
+    let ns = t.last().map_or(0.0, |(_, ns)| *ns);
+    Ok(ns / 1e3 / reps.max(1) as f64)
+}
+
+/// Runs `combs kernel-bench`.
+pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let ctx = GpuContext::new(args.device)?;
+    if ctx.caps().timestamp_period_ns.is_none() {
+        return Err(ModelError::MissingFeature {
+            device: ctx.caps().name.clone(),
+            feature: "timestamp queries".into(),
+        }
+        .into());
+    }
+    let shapes: Vec<Option<MatvecShape>> = args
+        .shapes
+        .iter()
+        .map(|s| parse_shape(s))
+        .collect::<Result<_, _>>()?;
+    writeln!(out, "device: {}", ctx.caps().name)?;
+    writeln!(
+        out,
+        "{:8} {:6} {:>11} {:>14} {:>9} {:>9}",
+        "matrix", "type", "rows x cols", "kernel", "us", "GB/s|TF/s"
+    )?;
+    for qt in &args.qtypes {
+        let t = QuantType::from_name(qt)
+            .ok_or_else(|| ModelError::invalid("--type", format!("unknown weight type `{qt}`")))?;
+        let cfg = SynthConfig::preset(&args.preset, t)?;
+        for m in matrices(&cfg) {
+            let copies = weight_copies(&ctx, t, &m)?;
+            let bytes = copies[0].device_bytes() as f64;
+            let n_max = args.tokens.iter().copied().max().unwrap_or(0).max(1);
+            let x = combs::gpu::upload_new(
+                &ctx,
+                bytemuck::cast_slice(&random_f32(m.cols * n_max, 3)),
+                "x",
+            )?;
+            let y = Buffer::new(&ctx, (m.rows * n_max * 4) as u64, MemoryKind::Device, "y")?;
+            for shape in &shapes {
+                let us = time(&ctx, args.reps, |rec, i| {
+                    record_matvec(
+                        rec,
+                        &copies[i % copies.len()],
+                        None,
+                        View::new(&x, m.cols),
+                        View::new(&y, m.rows),
+                        false,
+                        MatvecOptions {
+                            shape: *shape,
+                            ..Default::default()
+                        },
+                    )
+                })?;
+                let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, m.rows, m.cols));
+                writeln!(
+                    out,
+                    "{:8} {:6} {:>5}x{:<5} {:>14} {us:9.2} {:9.0}",
+                    m.name,
+                    t.name(),
+                    m.rows,
+                    m.cols,
+                    format!(
+                        "mv {}x{}x{}{}",
+                        s.tpr,
+                        s.nr,
+                        s.ks,
+                        if shape.is_none() { "*" } else { "" }
+                    ),
+                    bytes / us / 1e3
+                )?;
+            }
+            for &n in args.tokens.iter().filter(|&&n| n > 0) {
+                let variant = LinearVariant::choose(&ctx, n, View::new(&x, m.cols));
+                let us = time(&ctx, args.reps.min(16), |rec, i| {
+                    record_linear_with(
+                        rec,
+                        variant,
+                        &copies[i % copies.len()],
+                        None,
+                        View::new(&x, m.cols),
+                        n,
+                        View::new(&y, m.rows),
+                        false,
+                    )
+                })?;
+                let flop = 2.0 * (m.rows * m.cols * n) as f64;
+                writeln!(
+                    out,
+                    "{:8} {:6} {:>5}x{:<5} {:>14} {us:9.2} {:9.1}",
+                    m.name,
+                    t.name(),
+                    m.rows,
+                    m.cols,
+                    format!("{variant:?} n={n}"),
+                    flop / us / 1e6
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
