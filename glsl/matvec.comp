@@ -41,6 +41,8 @@ layout(constant_id = 1) const uint SUBGROUP = 32; // 1: unknown, reduce through 
 layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, a power of two
 layout(constant_id = 3) const uint NR = 1;        // rows per row group
 layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one per lane set
+layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
+layout(constant_id = 6) const uint XSV = 1;       // > 1: x staged in shared memory (k / 4 vec4s)
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
@@ -164,6 +166,17 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
 const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
 shared float red[gl_WorkGroupSize.x * (NR + 1u)];
 
+// x staged once per workgroup (with the folded norm's weights applied), so
+// the row groups read it from shared memory rather than each from cache.
+// Lanes read whole units at a stride of UVEC4 vec4s: a vec4's slot is
+// XOR-swizzled by its unit's index so the lanes of a quarter-subgroup hit
+// distinct banks.
+shared vec4 xs[XSV];
+shared float ss_part[32];
+uint xs_slot(uint v) {
+    return v ^ ((v / UVEC4) & 7u);
+}
+
 void main() {
     const uint RG = gl_WorkGroupSize.x / (TPR * KS);
     const uint rows_per_wg = RG * NR;
@@ -189,14 +202,54 @@ void main() {
     [[unroll]] for (uint r = 0u; r <= NR; r++) {
         acc[r] = 0.0;
     }
+    const bool staged = XSV > 1u;
+    float ss_all = 0.0;
+    if (staged) {
+        float ss = 0.0;
+        for (uint v = lid; v < p.k / 4u; v += gl_WorkGroupSize.x) {
+            vec4 t = data_x[x_off + v];
+            if (norm) {
+                ss += dot(t, t);
+                vec4 nw = data_norm[v];
+                if (norm1) {
+                    nw += 1.0;
+                }
+                t *= nw;
+            }
+            xs[xs_slot(v)] = t;
+        }
+        if (norm) {
+            ss = subgroupAdd(ss);
+            if (subgroupElect()) {
+                ss_part[gl_SubgroupID] = ss;
+            }
+        }
+        barrier();
+        if (norm) {
+            for (uint i = 0u; i < gl_NumSubgroups; i++) {
+                ss_all += ss_part[i];
+            }
+        }
+    }
     if (row0 < p.m) {
-        for (uint u = u_lo + lane; u < u_hi; u += TPR) {
+        for (uint u0 = u_lo + lane; u0 < u_hi; u0 += TPR * UN) {
+          [[unroll]] for (uint i = 0u; i < UN; i++) {
+            // Past the slice: a duplicate of a live unit, weighted 0, so the
+            // loads of all UN units go out together.
+            const bool live = u0 + i * TPR < u_hi;
+            const uint u = live ? u0 + i * TPR : u0;
             const uint xb = u * UVEC4;
             vec4 xv[UVEC4];
-            [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
-                xv[j] = data_x[x_off + xb + j];
+            if (staged) {
+                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                    xv[j] = xs[xs_slot(xb + j)];
+                }
+            } else {
+                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                    xv[j] = data_x[x_off + xb + j];
+                }
             }
-            if (norm) {
+            if (norm && !staged) {
                 vec4 sq = vec4(0.0);
                 [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
                     sq += xv[j] * xv[j];
@@ -206,7 +259,9 @@ void main() {
                     }
                     xv[j] *= nw;
                 }
-                acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
+                if (live) {
+                    acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
+                }
             }
             float sx[USUBS];
 #if FAST_PATH
@@ -224,8 +279,10 @@ void main() {
             // are never stored): the loads of all NR rows go out together
             // instead of one round trip to memory per row.
             [[unroll]] for (uint r = 0u; r < NR; r++) {
-                acc[r] += unit_dot(min(row0 + r, p.m - 1u), u, units, xv, sx);
+                const float d = unit_dot(min(row0 + r, p.m - 1u), u, units, xv, sx);
+                acc[r] += live ? d : 0.0;
             }
+          }
         }
     }
 
@@ -259,7 +316,8 @@ void main() {
     if (lane != 0u || slice != 0u) {
         return;
     }
-    const float inv = norm ? inversesqrt(acc[NR] / float(p.k) + p.eps) : 1.0;
+    const float ssq = staged ? ss_all : acc[NR];
+    const float inv = norm ? inversesqrt(ssq / float(p.k) + p.eps) : 1.0;
     float v[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++) {
         v[r] = with_bias(row0 + r, acc[r] * inv);

@@ -15,8 +15,8 @@ use combs::ops::attention::{
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
-    LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref, record_linear_with,
-    record_matvec,
+    LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref,
+    record_linear_with, record_matvec,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
@@ -245,6 +245,18 @@ fn matmul_partial_tiles_bias_accumulate_matches_ref() {
 /// One matvec with folded steps against the CPU chain it replaces:
 /// rms_norm_ref, linear_ref (+ bias), and act_ref on (gate, up) row pairs.
 #[allow(clippy::too_many_arguments)]
+/// A matvec layout for the tests: see `MatvecShape`.
+fn mv(tpr: u32, nr: u32, ks: u32, un: u32, wg: u32, stage_x: bool) -> Option<MatvecShape> {
+    Some(MatvecShape {
+        tpr,
+        nr,
+        ks,
+        un,
+        wg,
+        stage_x,
+    })
+}
+
 fn check_matvec_folded(
     t: QuantType,
     rows: usize,
@@ -337,10 +349,13 @@ fn matvec_folded_norm_matches_ref() {
     ] {
         for (flavor, shape) in [
             (NormFlavor::Plain, None),
-            (NormFlavor::ZeroCentred, Some(MatvecShape { tpr: 4, nr: 3, ks: 1 })),
-            (NormFlavor::Plain, Some(MatvecShape { tpr: 8, nr: 3, ks: 4 })),
-            (NormFlavor::Plain, Some(MatvecShape { tpr: 64, nr: 2, ks: 1 })),
-            (NormFlavor::ZeroCentred, Some(MatvecShape { tpr: 32, nr: 1, ks: 2 })),
+            (NormFlavor::ZeroCentred, mv(4, 3, 1, 1, 128, false)),
+            (NormFlavor::Plain, mv(8, 3, 4, 1, 128, false)),
+            (NormFlavor::Plain, mv(64, 2, 1, 1, 128, false)),
+            (NormFlavor::ZeroCentred, mv(32, 1, 2, 1, 128, false)),
+            (NormFlavor::Plain, mv(32, 2, 1, 2, 128, true)),
+            (NormFlavor::ZeroCentred, mv(16, 3, 2, 3, 256, true)),
+            (NormFlavor::Plain, mv(8, 2, 1, 4, 64, false)),
         ] {
             check_matvec_folded(t, 37, 768, Some(flavor), None, true, false, shape);
         }
@@ -365,7 +380,7 @@ fn matvec_folded_norm_matches_ref() {
             None,
             true,
             true,
-            Some(MatvecShape { tpr: 64, nr: 8, ks: 1 }),
+            mv(64, 8, 1, 1, 128, false),
         );
     }
 }
@@ -380,9 +395,14 @@ fn matvec_gated_pairs_match_ref() {
     ] {
         for (act, norm, shape) in [
             (Activation::Silu, Some(NormFlavor::Plain), None),
-            (Activation::GeluTanh, None, Some(MatvecShape { tpr: 16, nr: 1, ks: 1 })),
-            (Activation::Silu, None, Some(MatvecShape { tpr: 8, nr: 4, ks: 2 })),
-            (Activation::Silu, None, Some(MatvecShape { tpr: 64, nr: 4, ks: 1 })),
+            (Activation::GeluTanh, None, mv(16, 1, 1, 1, 128, false)),
+            (Activation::Silu, None, mv(8, 4, 2, 1, 128, false)),
+            (
+                Activation::GeluTanh,
+                Some(NormFlavor::Plain),
+                mv(64, 4, 1, 2, 64, true),
+            ),
+            (Activation::Silu, None, mv(64, 4, 1, 1, 128, false)),
         ] {
             // 2 x 67 rows: pairs straddle no group, the last group is partial
             check_matvec_folded(t, 134, 512, norm, Some(act), false, false, shape);
@@ -417,7 +437,12 @@ fn matvec_folded_rope_matches_ref() {
     let mut rng = Rng::fresh("matvec_folded_rope");
     let (hd, n_rot, cols) = (64, 24, 512);
     let rows = 5 * hd;
-    for (t, shape) in [(QuantType::Q4_0, None), (QuantType::Q6K, Some(MatvecShape { tpr: 8, nr: 3, ks: 1 })), (QuantType::Q4K, Some(MatvecShape { tpr: 8, nr: 2, ks: 4 }))] {
+    for (t, shape) in [
+        (QuantType::Q4_0, None),
+        (QuantType::Q6K, mv(8, 3, 1, 1, 128, false)),
+        (QuantType::Q4K, mv(8, 2, 4, 1, 128, false)),
+        (QuantType::Q8_0, mv(32, 2, 1, 4, 128, true)),
+    ] {
         let bytes = random_weight(&mut rng, t, rows * cols);
         let mut up = Uploader::new(&ctx).expect("staging");
         let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
@@ -1003,15 +1028,23 @@ fn attention_decode_storing_equals_store_then_attend() {
             .expect("attention storing");
         });
         let (a, b) = (read(&outs[0], nt * qw), read(&outs[1], nt * qw));
-        assert!(a.iter().all(|x| x.is_finite()), "window {window}: non-finite output");
+        assert!(
+            a.iter().all(|x| x.is_finite()),
+            "window {window}: non-finite output"
+        );
         assert_eq!(a, b, "window {window}: outputs differ");
         let mut ka = vec![0u8; bytes as usize];
         let mut kb = vec![0u8; bytes as usize];
         for pick in [0, 1] {
-            let sel = |c: &(Arc<Buffer>, Arc<Buffer>)| if pick == 0 { c.0.clone() } else { c.1.clone() };
+            let sel =
+                |c: &(Arc<Buffer>, Arc<Buffer>)| if pick == 0 { c.0.clone() } else { c.1.clone() };
             sel(&caches[0]).read_bytes(0, &mut ka).expect("read");
             sel(&caches[1]).read_bytes(0, &mut kb).expect("read");
-            assert!(ka == kb, "window {window}: cache {} differs", ["K", "V"][pick]);
+            assert!(
+                ka == kb,
+                "window {window}: cache {} differs",
+                ["K", "V"][pick]
+            );
         }
     }
 }

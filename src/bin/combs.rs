@@ -16,10 +16,10 @@ mod bench;
 mod bench_batch;
 #[path = "combs/common.rs"]
 mod common;
-#[path = "combs/kernel_bench.rs"]
-mod kernel_bench;
 #[path = "combs/info.rs"]
 mod info;
+#[path = "combs/kernel_bench.rs"]
+mod kernel_bench;
 #[path = "combs/perplexity.rs"]
 mod perplexity;
 #[path = "combs/quantize.rs"]

@@ -127,7 +127,7 @@ fn rows_tiling(n: usize) -> (usize, usize) {
 /// (64, 4) 395, and 405 with the rows rule below, which gives its 2048-row
 /// matrices 2 rows per group.
 fn matvec_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
-    let s = |tpr, nr| MatvecShape { tpr, nr, ks: 1 };
+    let s = |tpr, nr| MatvecShape::new(tpr, nr);
     if sg <= 1 {
         return s(32, 1);
     }
@@ -146,21 +146,35 @@ fn matvec_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
 }
 
 /// How `matvec.comp` lays a workgroup over a weight: `ks` column slices of
-/// row groups of `tpr` invocations, each group holding `nr` rows.
+/// row groups of `tpr` invocations, each group holding `nr` rows and each
+/// invocation `un` units of columns in flight at a time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatvecShape {
-    /// Invocations per row group (a power of two, at most 128).
+    /// Invocations per row group (a power of two, at most `wg`).
     pub tpr: u32,
     /// Rows per row group (1..=8).
     pub nr: u32,
-    /// Column slices (a power of two; `tpr * ks` at most 128).
+    /// Column slices (a power of two; `tpr * ks` at most `wg`).
     pub ks: u32,
+    /// Units (32 columns, 64 for Q4_K) each invocation loads per step (1..=4).
+    pub un: u32,
+    /// Invocations per workgroup (64, 128 or 256).
+    pub wg: u32,
+    /// Stage x in shared memory once per workgroup (where it fits).
+    pub stage_x: bool,
 }
 
 impl MatvecShape {
-    /// `ks` = 1: every row group walks all columns.
+    /// `ks` = 1, one unit per step, workgroups of 128, x read from cache.
     pub fn new(tpr: u32, nr: u32) -> Self {
-        MatvecShape { tpr, nr, ks: 1 }
+        MatvecShape {
+            tpr,
+            nr,
+            ks: 1,
+            un: 1,
+            wg: MATVEC_WG,
+            stage_x: false,
+        }
     }
 
     /// The shape combs picks for a chunk of `rows` × `cols` on this device.
@@ -170,9 +184,22 @@ impl MatvecShape {
 
     /// Rows one workgroup covers.
     pub fn rows_per_workgroup(&self) -> usize {
-        (MATVEC_WG / (self.tpr * self.ks) * self.nr) as usize
+        (self.wg / (self.tpr * self.ks) * self.nr) as usize
+    }
+
+    /// Whether the kernel can run this layout.
+    fn valid(&self) -> bool {
+        matches!(self.wg, 64 | 128 | 256)
+            && self.tpr.is_power_of_two()
+            && self.ks.is_power_of_two()
+            && self.tpr * self.ks <= self.wg
+            && (1..=8).contains(&self.nr)
+            && (1..=4).contains(&self.un)
     }
 }
+
+/// Bytes of shared memory `matvec.comp` may give to a staged x.
+const MATVEC_STAGE_BYTES: usize = 40 << 10;
 
 /// A linear layer: a weight `[out, in]` and an optional f32 bias `[out]`.
 pub struct Linear {
@@ -563,14 +590,19 @@ fn record_matvec_chunk(
     let mut shape = opts
         .shape
         .unwrap_or_else(|| matvec_shape(sg, chunk.n_rows, k));
-    let MatvecShape { tpr, ks, .. } = shape;
-    if !tpr.is_power_of_two()
-        || !ks.is_power_of_two()
-        || tpr * ks > MATVEC_WG
-        || !(1..=8).contains(&shape.nr)
-    {
+    if !shape.valid() {
         return Err(ModelError::Internal(format!("matvec shape {shape:?}")));
     }
+    let MatvecShape {
+        tpr, ks, un, wg, ..
+    } = shape;
+    // Staged x: k / 4 vec4s where they fit the device's shared memory.
+    let stage_bytes = MATVEC_STAGE_BYTES.min(ctx.caps().max_shared_memory as usize / 2);
+    let xsv = if shape.stage_x && 4 * k <= stage_bytes {
+        pc_u32("k", k / 4)?
+    } else {
+        1
+    };
     if (opts.glu.is_some() || opts.rope.is_some()) && shape.nr % 2 == 1 {
         shape.nr += 1;
     }
@@ -600,7 +632,7 @@ fn record_matvec_chunk(
     );
     rec.dispatch(
         kernel("matvec", w)?,
-        &[MATVEC_WG, sg, tpr, nr, ks],
+        &[wg, sg, tpr, nr, ks, un, xsv],
         &[
             Binding::read(&chunk.buffer),
             Binding::read(x.buf),

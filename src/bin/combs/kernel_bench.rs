@@ -27,7 +27,12 @@ pub struct KernelBenchArgs {
     #[arg(long, default_value = "llama-1b")]
     preset: String,
     /// Weight types, comma-separated.
-    #[arg(long = "type", value_name = "QTYPES", value_delimiter = ',', default_value = "q4_0")]
+    #[arg(
+        long = "type",
+        value_name = "QTYPES",
+        value_delimiter = ',',
+        default_value = "q4_0"
+    )]
     qtypes: Vec<String>,
     /// Matvec layouts TPRxNRxKS (invocations per row group, rows per group,
     /// column slices), comma-separated; `auto` is combs' own choice.
@@ -61,11 +66,31 @@ fn matrices(cfg: &SynthConfig) -> Vec<Matrix> {
         cfg.n_ff,
     );
     vec![
-        Matrix { name: "qkv", rows: q + 2 * kv, cols: e },
-        Matrix { name: "out", rows: e, cols: q },
-        Matrix { name: "gate_up", rows: 2 * ff, cols: e },
-        Matrix { name: "down", rows: e, cols: ff },
-        Matrix { name: "head", rows: cfg.n_vocab, cols: e },
+        Matrix {
+            name: "qkv",
+            rows: q + 2 * kv,
+            cols: e,
+        },
+        Matrix {
+            name: "out",
+            rows: e,
+            cols: q,
+        },
+        Matrix {
+            name: "gate_up",
+            rows: 2 * ff,
+            cols: e,
+        },
+        Matrix {
+            name: "down",
+            rows: e,
+            cols: ff,
+        },
+        Matrix {
+            name: "head",
+            rows: cfg.n_vocab,
+            cols: e,
+        },
     ]
 }
 
@@ -73,16 +98,38 @@ fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
     if s == "auto" {
         return Ok(None);
     }
-    let v: Vec<u32> = s
+    let bad = || ModelError::invalid("--shapes", format!("`{s}` is not TPRxNR[xKS[xUN[xWG]]][s]"));
+    let (body, stage_x) = match s.strip_suffix('s') {
+        Some(b) => (b, true),
+        None => (s, false),
+    };
+    let v: Vec<u32> = body
         .split('x')
         .map(str::parse)
         .collect::<Result<_, _>>()
-        .map_err(|_| ModelError::invalid("--shapes", format!("`{s}` is not TPRxNRxKS")))?;
-    match v[..] {
-        [tpr, nr] => Ok(Some(MatvecShape::new(tpr, nr))),
-        [tpr, nr, ks] => Ok(Some(MatvecShape { tpr, nr, ks })),
-        _ => Err(ModelError::invalid("--shapes", format!("`{s}` is not TPRxNRxKS")).into()),
+        .map_err(|_| bad())?;
+    if !(2..=5).contains(&v.len()) {
+        return Err(bad().into());
     }
+    let mut m = MatvecShape::new(v[0], v[1]);
+    m.ks = v.get(2).copied().unwrap_or(1);
+    m.un = v.get(3).copied().unwrap_or(1);
+    m.wg = v.get(4).copied().unwrap_or(m.wg);
+    m.stage_x = stage_x;
+    Ok(Some(m))
+}
+
+/// A layout as `--shapes` spells it.
+fn shape_label(s: &MatvecShape) -> String {
+    format!(
+        "{}x{}x{}x{}x{}{}",
+        s.tpr,
+        s.nr,
+        s.ks,
+        s.un,
+        s.wg,
+        if s.stage_x { "s" } else { "" }
+    )
 }
 
 fn random_f32(n: usize, seed: u64) -> Vec<f32> {
@@ -156,7 +203,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     writeln!(out, "device: {}", ctx.caps().name)?;
     writeln!(
         out,
-        "{:8} {:6} {:>11} {:>14} {:>9} {:>9}",
+        "{:8} {:6} {:>11} {:>18} {:>9} {:>9}",
         "matrix", "type", "rows x cols", "kernel", "us", "GB/s|TF/s"
     )?;
     for qt in &args.qtypes {
@@ -191,16 +238,14 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, m.rows, m.cols));
                 writeln!(
                     out,
-                    "{:8} {:6} {:>5}x{:<5} {:>14} {us:9.2} {:9.0}",
+                    "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
                     m.name,
                     t.name(),
                     m.rows,
                     m.cols,
                     format!(
-                        "mv {}x{}x{}{}",
-                        s.tpr,
-                        s.nr,
-                        s.ks,
+                        "mv {}{}",
+                        shape_label(&s),
                         if shape.is_none() { "*" } else { "" }
                     ),
                     bytes / us / 1e3
@@ -223,7 +268,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 let flop = 2.0 * (m.rows * m.cols * n) as f64;
                 writeln!(
                     out,
-                    "{:8} {:6} {:>5}x{:<5} {:>14} {us:9.2} {:9.1}",
+                    "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
                     m.name,
                     t.name(),
                     m.rows,
