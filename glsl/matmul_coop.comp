@@ -1,13 +1,18 @@
 #version 450
 // matmul_coop: D[n, row] = A[row, :] . X[n, :] for N tokens on devices with
-// VK_KHR_cooperative_matrix (f16 16x16x16, f32 accumulation). Each workgroup
-// of four subgroups computes a BM x BN tile (weight rows x tokens), stepping
-// K by BK: weights are dequantized (one 32-weight sub-block per invocation)
-// and activations converted to f16 into shared memory, then every subgroup
-// multiplies its 32 x 32 quarter as 2 x 2 cooperative matrices. The result
-// goes through shared memory so partial tiles, bias and accumulation are
-// handled per element, with coalesced stores.
-// Same bindings and push constants as matmul.comp.
+// VK_KHR_cooperative_matrix (f16 16x16x16, f32 accumulation). A workgroup of
+// WM x WN x WK subgroups computes a BM x BN tile (weight rows x tokens),
+// stepping K by KSTEP = WK * BK columns: weights are dequantized (one
+// 32-weight sub-block per invocation and step) and activations converted to
+// f16 into shared memory; subgroup (sm, sn, sk) multiplies its TM x TN
+// cooperative matrices over columns sk * BK .. of the step, so WK > 1 splits
+// K inside the workgroup (skinny products of few tokens keep many
+// workgroups busy that way). The loads of the next step are issued after the
+// current step's products, which the matrix units work through meanwhile.
+// The result goes through shared memory (per subgroup, or all partial tiles
+// when K is split) so partial tiles, bias and accumulation are handled per
+// element, with coalesced stores.
+// Same bindings and push constants as matmul.comp; X needs 4-float alignment.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -15,18 +20,28 @@
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
 
-layout(local_size_x_id = 0) in;                   // 128: four subgroups
+layout(local_size_x_id = 0) in;                   // 32 * WM * WN * WK
 layout(constant_id = 1) const uint SUBGROUP = 32; // the size the tiling assumes
+layout(constant_id = 2) const uint WM = 2;        // subgroups along rows
+layout(constant_id = 3) const uint WN = 2;        // subgroups along tokens
+layout(constant_id = 4) const uint WK = 1;        // subgroups along K
+layout(constant_id = 5) const uint TM = 2;        // 16-row matrices per subgroup
+layout(constant_id = 6) const uint TN = 2;        // 16-token matrices per subgroup
+layout(constant_id = 7) const uint BK = 64;       // columns per subgroup and step (multiple of 32)
+layout(constant_id = 8) const uint SC = 1024;     // floats of the result staging area
 
-#define BM 64
-#define BN 64
-#define BK 64
-#define SA (BK + 8)   // f16 row stride of the weight tile (bank spread)
-#define SX (BK + 8)   // f16 row stride of the activation tile
-#define SC (BN + 4)   // f32 row stride of the result tile
+const uint BM = WM * TM * 16u;
+const uint BN = WN * TN * 16u;
+const uint KSTEP = WK * BK;
+const uint SA = KSTEP + 8u;   // f16 row stride of the tiles (bank spread)
+const uint NSG = WM * WN * WK;
+const uint WGS = NSG * 32u;
+// Per invocation and step: weight sub-blocks and vec4s of activations.
+const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
+const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
-layout(binding = 1) readonly buffer X { float data_x[]; };
+layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
@@ -36,9 +51,9 @@ layout(push_constant) uniform Params {
     uint nb;          // blocks in this chunk
     uint row_offset;  // output column of the chunk's first row
     uint n;           // tokens
-    uint ld_x;        // stride between tokens of X, floats
+    uint ld_x;        // stride between tokens of X, floats (multiple of 4)
     uint ld_d;        // stride between tokens of D, floats
-    uint x_offset;    // float index of X[0, 0]
+    uint x_offset;    // float index of X[0, 0] (multiple of 4)
     uint d_offset;    // float index of D[0, 0]
     uint flags;       // 1: D += result, 2: add bias[row_offset + row]
 } p;
@@ -47,96 +62,166 @@ layout(push_constant) uniform Params {
 #include "common/linear_out.glsl"
 
 shared float16_t sa[BM * SA];
-shared float16_t sx[BN * SX];
-shared float sc[BM * SC];
+shared float16_t sx[BN * SA];
+shared float sc[SC];
+
+// This invocation's share of one step, loaded ahead of the products.
+f16vec4 wreg[A_SUBS][8];
+f16vec4 xreg[X_VECS];
+
+void load_step(uint step, uint tid, uint row0, uint tok0) {
+    const uint subs = p.k / 32u;
+    const uint spr = KSTEP / 32u;   // sub-blocks per tile row and step
+    [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
+        const uint q = tid + i * WGS;
+        const uint r = q / spr;
+        const uint s = step * spr + q % spr;
+        vec4 w[8];
+        if (q < BM * spr && row0 + r < p.m && s < subs) {
+            dequant_sub32(p.nb, (row0 + r) * subs + s, w);
+        } else {
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                w[j] = vec4(0.0);
+            }
+        }
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            wreg[i][j] = f16vec4(w[j]);
+        }
+    }
+    const uint vpr = KSTEP / 4u;    // vec4s per token row and step
+    [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
+        const uint v = tid + i * WGS;
+        const uint t = v / vpr;
+        const uint c = step * KSTEP + 4u * (v % vpr);
+        vec4 x = vec4(0.0);
+        if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
+            x = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
+        }
+        xreg[i] = f16vec4(x);
+    }
+}
+
+void store_step(uint tid) {
+    const uint spr = KSTEP / 32u;
+    [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
+        const uint q = tid + i * WGS;
+        if (q < BM * spr) {
+            const uint base = (q / spr) * SA + (q % spr) * 32u;
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                sa[base + 4u * j] = wreg[i][j].x;
+                sa[base + 4u * j + 1u] = wreg[i][j].y;
+                sa[base + 4u * j + 2u] = wreg[i][j].z;
+                sa[base + 4u * j + 3u] = wreg[i][j].w;
+            }
+        }
+    }
+    const uint vpr = KSTEP / 4u;
+    [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
+        const uint v = tid + i * WGS;
+        if (v < BN * vpr) {
+            const uint base = (v / vpr) * SA + 4u * (v % vpr);
+            sx[base] = xreg[i].x;
+            sx[base + 1u] = xreg[i].y;
+            sx[base + 2u] = xreg[i].z;
+            sx[base + 3u] = xreg[i].w;
+        }
+    }
+}
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint row0 = gl_WorkGroupID.x * BM;
     const uint tok0 = gl_WorkGroupID.y * BN;
-    const uint subs = p.k / 32u;
     const uint sg = tid / SUBGROUP;
-    const uint sg_row = (sg & 1u) * 32u;   // this subgroup's rows in the tile
-    const uint sg_tok = (sg >> 1) * 32u;   // and tokens
+    const uint lane = tid % SUBGROUP;
+    const uint sk = sg / (WM * WN);
+    const uint sm = sg % WM;
+    const uint sn = (sg / WM) % WN;
+    const uint sg_row = sm * TM * 16u;   // this subgroup's rows in the tile
+    const uint sg_tok = sn * TN * 16u;   // and tokens
+    const uint sg_col = sk * BK;         // and columns of each step
 
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][2];
-    [[unroll]] for (uint i = 0u; i < 2u; i++) {
-        [[unroll]] for (uint j = 0u; j < 2u; j++) {
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN];
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
             acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
         }
     }
 
-    for (uint kk = 0u; kk < p.k; kk += BK) {
-        // Weights: BM rows x 2 sub-blocks = 128 sub-blocks, one per invocation.
-        {
-            const uint r = tid >> 1;
-            const uint half_ = tid & 1u;
-            const uint s = kk / 32u + half_;
-            vec4 w[8];
-            if (row0 + r < p.m && s < subs) {
-                dequant_sub32(p.nb, (row0 + r) * subs + s, w);
-            } else {
-                [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                    w[j] = vec4(0.0);
-                }
-            }
-            const uint base = r * SA + half_ * 32u;
-            [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                sa[base + 4u * j] = float16_t(w[j].x);
-                sa[base + 4u * j + 1u] = float16_t(w[j].y);
-                sa[base + 4u * j + 2u] = float16_t(w[j].z);
-                sa[base + 4u * j + 3u] = float16_t(w[j].w);
-            }
-        }
-        // Activations: BN tokens x BK floats, consecutive invocations on
-        // consecutive columns.
-        [[unroll]] for (uint i = 0u; i < (BN * BK) / 128u; i++) {
-            const uint idx = tid + 128u * i;
-            const uint t = idx / BK;
-            const uint c = idx % BK;
-            float v = 0.0;
-            if (tok0 + t < p.n && kk + c < p.k) {
-                v = data_x[p.x_offset + (tok0 + t) * p.ld_x + kk + c];
-            }
-            sx[t * SX + c] = float16_t(v);
-        }
+    const uint steps = (p.k + KSTEP - 1u) / KSTEP;
+    load_step(0u, tid, row0, tok0);
+    for (uint step = 0u; step < steps; step++) {
+        barrier();
+        store_step(tid);
         barrier();
         [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[2];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[2];
-            [[unroll]] for (uint i = 0u; i < 2u; i++) {
-                // A(m, k) = sa[(row) * SA + k]: row-major
-                coopMatLoad(ma[i], sa, (sg_row + 16u * i) * SA + c, SA,
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                // A(m, k) = sa[row * SA + k]: row-major
+                coopMatLoad(ma[i], sa, (sg_row + 16u * i) * SA + sg_col + c, SA,
                             gl_CooperativeMatrixLayoutRowMajor);
-                // B(k, n) = sx[(token) * SX + k]: column-major
-                coopMatLoad(mb[i], sx, (sg_tok + 16u * i) * SX + c, SX,
+            }
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                // B(k, n) = sx[token * SA + k]: column-major
+                coopMatLoad(mb[j], sx, (sg_tok + 16u * j) * SA + sg_col + c, SA,
                             gl_CooperativeMatrixLayoutColumnMajor);
             }
-            [[unroll]] for (uint i = 0u; i < 2u; i++) {
-                [[unroll]] for (uint j = 0u; j < 2u; j++) {
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                [[unroll]] for (uint j = 0u; j < TN; j++) {
                     acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
                 }
             }
         }
-        barrier();
-    }
-
-    [[unroll]] for (uint i = 0u; i < 2u; i++) {
-        [[unroll]] for (uint j = 0u; j < 2u; j++) {
-            coopMatStore(acc[i][j], sc, (sg_row + 16u * i) * SC + sg_tok + 16u * j, SC,
-                         gl_CooperativeMatrixLayoutRowMajor);
+        if (step + 1u < steps) {
+            load_step(step + 1u, tid, row0, tok0);
         }
     }
-    barrier();
-    // sc[row * SC + token]; consecutive invocations write consecutive rows.
-    [[unroll]] for (uint i = 0u; i < (BM * BN) / 128u; i++) {
-        const uint idx = tid + 128u * i;
-        const uint r = idx % BM;
-        const uint t = idx / BM;
-        const uint row = row0 + r;
-        if (row < p.m && tok0 + t < p.n) {
-            const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
-            store_linear(o, row, sc[r * SC + t]);
+
+    if (WK == 1u) {
+        // Each subgroup stages one 16 x 16 result at a time in its own area:
+        // sc[base + token * 16 + row], consecutive lanes on consecutive rows.
+        const uint base = sg * 256u;
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                coopMatStore(acc[i][j], sc, base, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                [[unroll]] for (uint e = lane; e < 256u; e += SUBGROUP) {
+                    const uint r = sg_row + 16u * i + e % 16u;
+                    const uint t = sg_tok + 16u * j + e / 16u;
+                    const uint row = row0 + r;
+                    if (row < p.m && tok0 + t < p.n) {
+                        const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
+                        store_linear(o, row, sc[base + e]);
+                    }
+                }
+                subgroupBarrier();
+            }
+        }
+    } else {
+        // Every K-group's partial tile, tile-wide: sc[sk * BM * BN + token * BM + row].
+        barrier();
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                coopMatStore(acc[i][j], sc,
+                             sk * BM * BN + (sg_tok + 16u * j) * BM + sg_row + 16u * i, BM,
+                             gl_CooperativeMatrixLayoutColumnMajor);
+            }
+        }
+        barrier();
+        for (uint e = tid; e < BM * BN; e += WGS) {
+            float v = 0.0;
+            [[unroll]] for (uint g = 0u; g < WK; g++) {
+                v += sc[g * BM * BN + e];
+            }
+            const uint r = e % BM;
+            const uint t = e / BM;
+            const uint row = row0 + r;
+            if (row < p.m && tok0 + t < p.n) {
+                const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
+                store_linear(o, row, v);
+            }
         }
     }
 }

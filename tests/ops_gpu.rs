@@ -15,8 +15,8 @@ use combs::ops::attention::{
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
-    LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref,
-    record_linear_with, record_matvec,
+    CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref,
+    record_linear_tiled, record_linear_with, record_matvec,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
@@ -119,12 +119,14 @@ fn check_linear(t: QuantType, rows: usize, cols: usize, n: usize, bias: bool, ac
         .iter()
         .filter(|&&v| v != LinearVariant::Coop || coop)
     {
-        check_linear_variant(v, t, rows, cols, n, bias, accumulate);
+        check_linear_variant(v, None, t, rows, cols, n, bias, accumulate);
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_linear_variant(
     variant: LinearVariant,
+    tile: Option<CoopTile>,
     t: QuantType,
     rows: usize,
     cols: usize,
@@ -148,9 +150,10 @@ fn check_linear_variant(
     let out = readback(&ctx, n * rows);
     out.write_slice(0, &init).expect("init");
     run(&ctx, |rec| {
-        record_linear_with(
+        record_linear_tiled(
             rec,
             variant,
+            tile,
             &w,
             bias.then_some(&bb),
             View::new(&xb, cols),
@@ -182,8 +185,52 @@ fn check_linear_variant(
     };
     assert!(
         e < tol,
-        "{variant:?} {t} {rows}x{cols} n={n}: relative error {e}"
+        "{variant:?} {tile:?} {t} {rows}x{cols} n={n}: relative error {e}"
     );
+}
+
+/// Every cooperative-matrix tiling (K split inside the workgroup, 64 × 64,
+/// 128 × 128) on partial tiles of rows and tokens, with bias and
+/// accumulation, for a fast and a generic weight type. Runs where the device
+/// has cooperative matrices.
+#[test]
+fn coop_tiles_match_ref() {
+    if !LinearVariant::coop_available(&gpu()) {
+        eprintln!("no cooperative matrices on this device: skipped");
+        return;
+    }
+    let tiles = [
+        CoopTile::SKINNY,
+        CoopTile::MID,
+        CoopTile::BIG,
+        CoopTile {
+            wm: 2,
+            wn: 1,
+            wk: 2,
+            tm: 1,
+            tn: 1,
+            bk: 32,
+        },
+    ];
+    for tile in tiles {
+        for (t, rows, cols, n) in [
+            (QuantType::Q4_0, 333, 576, 5),
+            (QuantType::Q4K, 200, 512, 37),
+            (QuantType::Q6K, 130, 768, 130),
+            (QuantType::Q8_0, 64, 96, 16),
+        ] {
+            check_linear_variant(
+                LinearVariant::Coop,
+                Some(tile),
+                t,
+                rows,
+                cols,
+                n,
+                true,
+                true,
+            );
+        }
+    }
 }
 
 const ALL_TYPES: [QuantType; 13] = QuantType::ALL;
@@ -222,10 +269,11 @@ fn matvec_several_tokens_match_ref() {
         QuantType::Q6K,
         QuantType::F16,
     ] {
-        check_linear_variant(LinearVariant::Matvec, t, 67, 512, 5, true, true);
+        check_linear_variant(LinearVariant::Matvec, None, t, 67, 512, 5, true, true);
     }
     check_linear_variant(
         LinearVariant::Matvec,
+        None,
         QuantType::Q4_1,
         1029,
         128,

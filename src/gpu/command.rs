@@ -628,6 +628,14 @@ impl Recording {
     /// # Errors
     /// Not finished yet, device lost, or a failing Vulkan call.
     pub fn submit_and_wait(&mut self) -> Result<()> {
+        self.submit_and_wait_with(wait_mode())
+    }
+
+    /// [`Recording::submit_and_wait`] with an explicit way of waiting.
+    ///
+    /// # Errors
+    /// As [`Recording::submit_and_wait`].
+    pub fn submit_and_wait_with(&mut self, mode: WaitMode) -> Result<()> {
         if !self.finished {
             return Err(ModelError::Internal(
                 "submitting an unfinished recording".into(),
@@ -642,8 +650,7 @@ impl Recording {
             unsafe { dev.queue_submit(*queue, &submit, self.fence) }
                 .map_err(|r| ModelError::vk("vkQueueSubmit", r))?;
         }
-        // SAFETY: the fence belongs to this device.
-        let waited = unsafe { dev.wait_for_fences(&[self.fence], true, u64::MAX) };
+        let waited = wait_fence(dev, self.fence, mode);
         // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
         let reset = unsafe { dev.reset_fences(&[self.fence]) };
         waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
@@ -713,6 +720,52 @@ impl Drop for Recording {
             dev.destroy_command_pool(self.pool, None);
         }
     }
+}
+
+/// How the host waits for a submitted command buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Sleep in `vkWaitForFences` until the driver wakes the thread.
+    Block,
+    /// Poll the fence, yielding the core between polls, for up to
+    /// [`POLL_LIMIT`]; then block. A decode step lasts milliseconds, and
+    /// the wake-up after a blocking wait can add tens of microseconds.
+    Poll,
+}
+
+/// Longest a [`WaitMode::Poll`] wait polls before it blocks.
+pub const POLL_LIMIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+static WAIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The way [`Recording::submit_and_wait`] waits (process-wide).
+pub fn wait_mode() -> WaitMode {
+    if WAIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
+        WaitMode::Poll
+    } else {
+        WaitMode::Block
+    }
+}
+
+/// Sets the way [`Recording::submit_and_wait`] waits, for every recording of the process.
+pub fn set_wait_mode(mode: WaitMode) {
+    WAIT_MODE.store(mode == WaitMode::Poll, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn wait_fence(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> ash::prelude::VkResult<()> {
+    if mode == WaitMode::Poll {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < POLL_LIMIT {
+            // SAFETY: the fence belongs to this device.
+            match unsafe { dev.get_fence_status(fence) } {
+                Ok(true) => return Ok(()),
+                Ok(false) => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // SAFETY: the fence belongs to this device.
+    unsafe { dev.wait_for_fences(&[fence], true, u64::MAX) }
 }
 
 /// Records, submits and waits for a one-off piece of GPU work.

@@ -12,7 +12,9 @@ pub mod transfer;
 
 pub use buffer::{Buffer, MemoryKind};
 pub use caps::DeviceCaps;
-pub use command::{Access, Binding, Recording, groups_1d, run_once};
+pub use command::{
+    Access, Binding, POLL_LIMIT, Recording, WaitMode, groups_1d, run_once, set_wait_mode, wait_mode,
+};
 pub use context::{DeviceInfo, GpuContext, list_devices};
 pub use kernels::Kernel;
 pub use transfer::{Uploader, download_vec, upload_new};

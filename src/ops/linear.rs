@@ -97,8 +97,6 @@ const MATVEC_WG: u32 = 128;
 pub const MATVEC_MAX_TOKENS: usize = 8;
 const MATMUL_BM: usize = 64;
 const MATMUL_BN: usize = 32;
-const COOP_BM: usize = 64;
-const COOP_BN: usize = 64;
 /// `matmul_rows.comp`: invocations per workgroup.
 const ROWS_WG: usize = 64;
 
@@ -201,6 +199,127 @@ impl MatvecShape {
 /// Bytes of shared memory `matvec.comp` may give to a staged x.
 const MATVEC_STAGE_BYTES: usize = 40 << 10;
 
+/// How `matmul_coop.comp` tiles a product: `wm × wn × wk` subgroups of 32,
+/// each multiplying `tm × tn` 16×16 matrices over `bk` columns per step;
+/// `wk` > 1 splits K inside the workgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopTile {
+    /// Subgroups along the weight's rows.
+    pub wm: u32,
+    /// Subgroups along the tokens.
+    pub wn: u32,
+    /// Subgroups along K.
+    pub wk: u32,
+    /// 16-row matrices per subgroup.
+    pub tm: u32,
+    /// 16-token matrices per subgroup.
+    pub tn: u32,
+    /// Columns per subgroup and step (a multiple of 32).
+    pub bk: u32,
+}
+
+impl CoopTile {
+    /// 16 rows × 16 tokens, K split four ways: batched decode of a few sequences.
+    pub const SKINNY: CoopTile = CoopTile {
+        wm: 1,
+        wn: 1,
+        wk: 4,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+    };
+    /// 64 × 64 with four subgroups.
+    pub const MID: CoopTile = CoopTile {
+        wm: 2,
+        wn: 2,
+        wk: 1,
+        tm: 2,
+        tn: 2,
+        bk: 64,
+    };
+    /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
+    pub const BIG: CoopTile = CoopTile {
+        wm: 2,
+        wn: 4,
+        wk: 1,
+        tm: 4,
+        tn: 2,
+        bk: 64,
+    };
+
+    /// Rows per tile.
+    pub fn bm(&self) -> usize {
+        (self.wm * self.tm * 16) as usize
+    }
+
+    /// Tokens per tile.
+    pub fn bn(&self) -> usize {
+        (self.wn * self.tn * 16) as usize
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(&self) -> u32 {
+        32 * self.wm * self.wn * self.wk
+    }
+
+    /// Floats of the result staging area.
+    fn staging_floats(&self) -> u32 {
+        if self.wk == 1 {
+            256 * self.wm * self.wn
+        } else {
+            self.wk * (self.bm() * self.bn()) as u32
+        }
+    }
+
+    /// Shared memory bytes the kernel takes.
+    pub fn shared_bytes(&self) -> usize {
+        let sa = (self.wk * self.bk + 8) as usize;
+        2 * sa * (self.bm() + self.bn()) + 4 * self.staging_floats() as usize
+    }
+
+    /// The tile for `rows` × `n` tokens: big tiles where they still give the
+    /// GPU a few workgroups per SM, the 64 × 64 one otherwise, and a K-split
+    /// 16 × 16 one for batched decode.
+    pub fn choose(ctx: &GpuContext, rows: usize, n: usize) -> Self {
+        let fits = |t: &CoopTile| t.shared_bytes() <= ctx.caps().max_shared_memory as usize;
+        if n <= 16 {
+            return CoopTile::SKINNY;
+        }
+        let big = CoopTile::BIG;
+        if n > 64 && fits(&big) && rows.div_ceil(big.bm()) * n.div_ceil(big.bn()) >= 256 {
+            big
+        } else {
+            CoopTile::MID
+        }
+    }
+
+    /// Specialization constants of `matmul_coop.comp`.
+    fn spec(&self) -> Result<[u32; 9]> {
+        let ok = self.wm * self.wn * self.wk <= 8
+            && self.wm > 0
+            && self.wn > 0
+            && self.wk > 0
+            && (1..=4).contains(&self.tm)
+            && (1..=4).contains(&self.tn)
+            && self.bk > 0
+            && self.bk.is_multiple_of(32);
+        if !ok {
+            return Err(ModelError::Internal(format!("cooperative tile {self:?}")));
+        }
+        Ok([
+            self.invocations(),
+            32,
+            self.wm,
+            self.wn,
+            self.wk,
+            self.tm,
+            self.tn,
+            self.bk,
+            self.staging_floats(),
+        ])
+    }
+}
+
 /// A linear layer: a weight `[out, in]` and an optional f32 bias `[out]`.
 pub struct Linear {
     /// The weight, `rows` = output features, `cols` = input features.
@@ -273,7 +392,8 @@ impl LinearVariant {
     /// The variant combs picks for `n` tokens on this device.
     pub fn choose(ctx: &GpuContext, n: usize, x: View<'_>) -> Self {
         let cpu = ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU;
-        if n > MATVEC_MAX_TOKENS && !cpu && Self::coop_available(ctx) {
+        let aligned = x.offset.is_multiple_of(4) && x.ld.is_multiple_of(4);
+        if n > MATVEC_MAX_TOKENS && !cpu && aligned && Self::coop_available(ctx) {
             LinearVariant::Coop
         } else {
             Self::choose_f32(ctx, n, x)
@@ -333,6 +453,26 @@ pub fn record_linear_with(
     out: View<'_>,
     accumulate: bool,
 ) -> Result<()> {
+    record_linear_tiled(rec, variant, None, w, bias, x, n, out, accumulate)
+}
+
+/// [`record_linear_with`] with the cooperative-matrix tile given instead of
+/// chosen (tests, tuning); `tile` is ignored by the other variants.
+///
+/// # Errors
+/// As [`record_linear_with`], and a tile the kernel cannot run.
+#[allow(clippy::too_many_arguments)]
+pub fn record_linear_tiled(
+    rec: &mut Recording,
+    variant: LinearVariant,
+    coop_tile: Option<CoopTile>,
+    w: &QuantWeight,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    n: usize,
+    out: View<'_>,
+    accumulate: bool,
+) -> Result<()> {
     let k = w.cols();
     if !k.is_multiple_of(32) {
         return Err(ModelError::Shape {
@@ -346,7 +486,7 @@ pub fn record_linear_with(
         LinearVariant::Matvec => LinearVariant::matvec_fits(n, x),
         LinearVariant::Rows => aligned,
         LinearVariant::Tiled => true,
-        LinearVariant::Coop => LinearVariant::coop_available(rec.context()),
+        LinearVariant::Coop => LinearVariant::coop_available(rec.context()) && aligned,
     };
     if !fits {
         return Err(ModelError::Internal(format!(
@@ -409,14 +549,16 @@ pub fn record_linear_with(
                 )?;
             }
             LinearVariant::Coop => {
+                let tile =
+                    coop_tile.unwrap_or_else(|| CoopTile::choose(rec.context(), chunk.n_rows, n));
                 let groups = [
-                    pc_u32("groups", chunk.n_rows.div_ceil(COOP_BM))?,
-                    pc_u32("groups", n.div_ceil(COOP_BN))?,
+                    pc_u32("groups", chunk.n_rows.div_ceil(tile.bm()))?,
+                    pc_u32("groups", n.div_ceil(tile.bn()))?,
                     1,
                 ];
                 rec.dispatch(
                     kernel("matmul_coop", w)?,
-                    &[128, 32],
+                    &tile.spec()?,
                     &bindings,
                     bytemuck::bytes_of(&mm_params(1)?),
                     groups,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::Args;
 use combs::ModelError;
-use combs::gpu::Recording;
+use combs::gpu::{Recording, WaitMode, set_wait_mode};
 use combs::kv::CacheConfig;
 use combs::runtime::SessionOptions;
 
@@ -41,6 +41,17 @@ pub struct BenchArgs {
     /// sizes), reporting aggregate tokens/s for `-n` steps.
     #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
+    /// How the host waits for the GPU: `poll` or `block` (default: combs' choice).
+    #[arg(long, value_parser = parse_wait)]
+    wait: Option<WaitMode>,
+}
+
+fn parse_wait(s: &str) -> Result<WaitMode, String> {
+    match s {
+        "poll" => Ok(WaitMode::Poll),
+        "block" => Ok(WaitMode::Block),
+        _ => Err(format!("`{s}`: expected poll or block")),
+    }
 }
 
 /// Median and sample standard deviation.
@@ -85,6 +96,9 @@ fn tokens_seeded(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
 
 /// Runs `combs bench`.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Some(mode) = args.wait {
+        set_wait_mode(mode);
+    }
     let (ctx, model) = args.model.load()?;
     let spec = model.spec().clone();
     let n_ctx = (args.n_prompt + args.n_gen + 1).max(16);

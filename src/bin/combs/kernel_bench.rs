@@ -7,14 +7,15 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use combs::ModelError;
-use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader};
+use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, WaitMode};
 use combs::models::synth::{SynthConfig, random_weight_bytes};
 use combs::ops::View;
 use combs::ops::linear::{
-    LinearVariant, MatvecOptions, MatvecShape, record_linear_with, record_matvec,
+    CoopTile, LinearVariant, MatvecOptions, MatvecShape, record_linear_tiled, record_matvec,
 };
 use combs::quant::{QuantType, QuantWeight};
 
@@ -41,12 +42,22 @@ pub struct KernelBenchArgs {
     /// Token counts for the tiled linear kernels (0: none), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     tokens: Vec<usize>,
+    /// Cooperative-matrix tiles WMxWNxWKxTMxTNxBK for the token counts,
+    /// comma-separated; `auto` is combs' own choice.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    coop_tiles: Vec<String>,
     /// Dispatches per timed run.
     #[arg(short = 'r', long = "repetitions", default_value_t = 64)]
     reps: usize,
     /// Vulkan device index.
     #[arg(long, value_name = "N")]
     device: Option<usize>,
+    /// Also time the host's round trip of one submission, blocking and polling.
+    #[arg(long)]
+    sync: bool,
+    /// Skip the matrices (with --sync: only the round trip).
+    #[arg(long)]
+    no_matrices: bool,
 }
 
 /// One matrix of a model: its name and `rows × cols`.
@@ -119,6 +130,32 @@ fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
     Ok(Some(m))
 }
 
+fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
+    if s == "auto" {
+        return Ok(None);
+    }
+    let v: Vec<u32> = s
+        .split('x')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK"))
+        })?;
+    match v[..] {
+        [wm, wn, wk, tm, tn, bk] => Ok(Some(CoopTile {
+            wm,
+            wn,
+            wk,
+            tm,
+            tn,
+            bk,
+        })),
+        _ => Err(
+            ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK")).into(),
+        ),
+    }
+}
+
 /// A layout as `--shapes` spells it.
 fn shape_label(s: &MatvecShape) -> String {
     format!(
@@ -164,8 +201,9 @@ fn weight_copies(
     Ok(out)
 }
 
-/// Microseconds per dispatch of `record` run `reps` times (the second of two
-/// submissions, so pipelines and caches are warm).
+/// Microseconds per dispatch of `record` run `reps` times: the command
+/// buffer is replayed for at least 20 ms first (pipelines, caches and the
+/// GPU's clocks warm), then the median of five timed replays.
 fn time(
     ctx: &Arc<GpuContext>,
     reps: usize,
@@ -178,11 +216,68 @@ fn time(
     }
     rec.timestamp("end");
     rec.finish()?;
-    rec.submit_and_wait()?;
-    rec.submit_and_wait()?;
-    let t = rec.timestamps()?;
-    let ns = t.last().map_or(0.0, |(_, ns)| *ns);
-    Ok(ns / 1e3 / reps.max(1) as f64)
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(20) {
+        rec.submit_and_wait()?;
+    }
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        rec.submit_and_wait()?;
+        let t = rec.timestamps()?;
+        samples.push(t.last().map_or(0.0, |(_, ns)| *ns));
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2] / 1e3 / reps.max(1) as f64)
+}
+
+/// Host round trip of a submission of one small dispatch, blocking and
+/// polling for its fence: median wall microseconds per submit-and-wait.
+fn sync_latency(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliError> {
+    let t = QuantType::Q4_0;
+    let m = Matrix {
+        name: "sync",
+        rows: 64,
+        cols: 256,
+    };
+    let w = weight_copies(ctx, t, &m)?;
+    let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(m.cols, 5)), "x")?;
+    let y = Buffer::new(ctx, (m.rows * 4) as u64, MemoryKind::Device, "y")?;
+    let mut rec = Recording::timed(ctx)?;
+    rec.timestamp("start");
+    record_matvec(
+        &mut rec,
+        &w[0],
+        None,
+        View::new(&x, m.cols),
+        View::new(&y, m.rows),
+        false,
+        MatvecOptions::default(),
+    )?;
+    rec.timestamp("end");
+    rec.finish()?;
+    for mode in [
+        WaitMode::Block,
+        WaitMode::Poll,
+        WaitMode::Block,
+        WaitMode::Poll,
+    ] {
+        let mut wall = Vec::new();
+        let mut gpu = Vec::new();
+        for _ in 0..300 {
+            let t0 = Instant::now();
+            rec.submit_and_wait_with(mode)?;
+            wall.push(t0.elapsed().as_secs_f64() * 1e6);
+            gpu.push(rec.timestamps()?.last().map_or(0.0, |(_, ns)| *ns) / 1e3);
+        }
+        wall.sort_by(f64::total_cmp);
+        gpu.sort_by(f64::total_cmp);
+        writeln!(
+            out,
+            "submit+wait ({mode:?}): wall {:.1} us median ({:.1} .. {:.1} p10..p90), GPU {:.1} us",
+            wall[150], wall[30], wall[270], gpu[150]
+        )?;
+    }
+    Ok(())
 }
 
 /// Runs `combs kernel-bench`.
@@ -200,7 +295,18 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
         .iter()
         .map(|s| parse_shape(s))
         .collect::<Result<_, _>>()?;
+    let tiles: Vec<Option<CoopTile>> = args
+        .coop_tiles
+        .iter()
+        .map(|s| parse_tile(s))
+        .collect::<Result<_, _>>()?;
     writeln!(out, "device: {}", ctx.caps().name)?;
+    if args.sync {
+        sync_latency(&ctx, out)?;
+    }
+    if args.no_matrices {
+        return Ok(());
+    }
     writeln!(
         out,
         "{:8} {:6} {:>11} {:>18} {:>9} {:>9}",
@@ -251,31 +357,60 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     bytes / us / 1e3
                 )?;
             }
-            for &n in args.tokens.iter().filter(|&&n| n > 0) {
+            // Prompts need the head for their last token only.
+            for &n in args
+                .tokens
+                .iter()
+                .filter(|&&n| n > 0 && (n <= 64 || m.name != "head"))
+            {
                 let variant = LinearVariant::choose(&ctx, n, View::new(&x, m.cols));
-                let us = time(&ctx, args.reps.min(16), |rec, i| {
-                    record_linear_with(
-                        rec,
-                        variant,
-                        &copies[i % copies.len()],
-                        None,
-                        View::new(&x, m.cols),
-                        n,
-                        View::new(&y, m.rows),
-                        false,
-                    )
-                })?;
-                let flop = 2.0 * (m.rows * m.cols * n) as f64;
-                writeln!(
-                    out,
-                    "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
-                    m.name,
-                    t.name(),
-                    m.rows,
-                    m.cols,
-                    format!("{variant:?} n={n}"),
-                    flop / us / 1e6
-                )?;
+                let tiles: &[Option<CoopTile>] = if variant == LinearVariant::Coop {
+                    &tiles
+                } else {
+                    &[None]
+                };
+                for tile in tiles {
+                    let us = time(&ctx, args.reps.min(16), |rec, i| {
+                        record_linear_tiled(
+                            rec,
+                            variant,
+                            *tile,
+                            &copies[i % copies.len()],
+                            None,
+                            View::new(&x, m.cols),
+                            n,
+                            View::new(&y, m.rows),
+                            false,
+                        )
+                    })?;
+                    let flop = 2.0 * (m.rows * m.cols * n) as f64;
+                    let label = match (variant, tile) {
+                        (LinearVariant::Coop, _) => {
+                            let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, n));
+                            format!(
+                                "co{}x{}x{}x{}x{}x{}{} n={n}",
+                                c.wm,
+                                c.wn,
+                                c.wk,
+                                c.tm,
+                                c.tn,
+                                c.bk,
+                                if tile.is_none() { "*" } else { "" }
+                            )
+                        }
+                        _ => format!("{variant:?} n={n}"),
+                    };
+                    writeln!(
+                        out,
+                        "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
+                        m.name,
+                        t.name(),
+                        m.rows,
+                        m.cols,
+                        label,
+                        flop / us / 1e6
+                    )?;
+                }
             }
         }
     }
