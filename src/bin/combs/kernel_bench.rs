@@ -14,6 +14,10 @@ use combs::ModelError;
 use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, WaitMode};
 use combs::models::synth::{SynthConfig, random_weight_bytes};
 use combs::ops::View;
+use combs::ops::attention::{
+    AttentionOptions, AttentionShape, AttentionVariant, CacheAddressing, record_attention_with,
+    record_kv_store,
+};
 use combs::ops::linear::{
     CoopTile, LinearVariant, MatvecOptions, MatvecShape, record_linear_tiled, record_matvec,
 };
@@ -55,6 +59,11 @@ pub struct KernelBenchArgs {
     /// Also time the host's round trip of one submission, blocking and polling.
     #[arg(long)]
     sync: bool,
+    /// Also time attention of the preset's heads: a prompt of this many
+    /// tokens (prefill, causal), and one token after it (decode), with each
+    /// variant; 0: none.
+    #[arg(long, default_value_t = 0)]
+    attention: usize,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -280,6 +289,82 @@ fn sync_latency(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliErr
     Ok(())
 }
 
+/// Attention of `cfg`'s heads over `n_ctx` cached positions: `n_ctx`
+/// queries (a prompt) and one query at the end (decode), with each variant.
+fn attention_bench(
+    ctx: &Arc<GpuContext>,
+    cfg: &SynthConfig,
+    n_ctx: usize,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let shape = AttentionShape {
+        n_head: cfg.n_head,
+        n_head_kv: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+    };
+    let width = shape.n_head_kv * shape.head_dim;
+    let qw = shape.n_head * shape.head_dim;
+    let kb = Buffer::new(ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "k")?;
+    let vb = Buffer::new(ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "v")?;
+    let src = combs::gpu::upload_new(
+        ctx,
+        bytemuck::cast_slice(&random_f32(n_ctx * width, 11)),
+        "kv",
+    )?;
+    let q = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(n_ctx * qw, 12)), "q")?;
+    let o = Buffer::new(ctx, (n_ctx * qw * 4) as u64, MemoryKind::Device, "o")?;
+    let host_i32 = |v: &[i32]| -> Result<Arc<Buffer>, CliError> {
+        let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, "ints")?;
+        b.write_slice(0, v)?;
+        Ok(b)
+    };
+    let pos: Vec<i32> = (0..n_ctx as i32).collect();
+    let all = host_i32(&pos)?;
+    let last = host_i32(&[n_ctx as i32 - 1])?;
+    let table = host_i32(&[0])?;
+    let base = host_i32(&vec![0; n_ctx])?;
+    let at = |positions| CacheAddressing {
+        positions,
+        page_table: &table,
+        seq_base: &base,
+        page_size: n_ctx,
+        ring: 0,
+    };
+    combs::gpu::run_once(ctx, |rec| {
+        record_kv_store(rec, View::new(&src, width), n_ctx, width, &kb, at(&all))?;
+        record_kv_store(rec, View::new(&src, width), n_ctx, width, &vb, at(&all))
+    })?;
+    let opts = AttentionOptions {
+        scale: 1.0 / (shape.head_dim as f32).sqrt(),
+        softcap: 0.0,
+        window: 0,
+    };
+    for (n, positions) in [(n_ctx, &all), (1, &last)] {
+        for variant in [AttentionVariant::Rows, AttentionVariant::Tiled] {
+            let us = time(ctx, 8, |rec, _| {
+                record_attention_with(
+                    rec,
+                    variant,
+                    View::new(&q, qw),
+                    View::new(&o, qw),
+                    n,
+                    shape,
+                    &kb,
+                    &vb,
+                    at(positions),
+                    opts,
+                )
+            })?;
+            writeln!(
+                out,
+                "attention {:?} heads {}/{} dim {}: {n} queries over {n_ctx} positions: {us:.1} us",
+                variant, shape.n_head, shape.n_head_kv, shape.head_dim
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `combs kernel-bench`.
 pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let ctx = GpuContext::new(args.device)?;
@@ -303,6 +388,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     writeln!(out, "device: {}", ctx.caps().name)?;
     if args.sync {
         sync_latency(&ctx, out)?;
+    }
+    if args.attention > 0 {
+        let cfg = SynthConfig::preset(&args.preset, QuantType::F16)?;
+        attention_bench(&ctx, &cfg, args.attention, out)?;
     }
     if args.no_matrices {
         return Ok(());
