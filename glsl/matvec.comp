@@ -42,7 +42,7 @@ layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, 
 layout(constant_id = 3) const uint NR = 1;        // rows per row group
 layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one per lane set
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
-layout(constant_id = 6) const uint XSV = 1;       // > 1: x staged in shared memory (k / 4 vec4s)
+layout(constant_id = 6) const uint XSV = 1;       // > 1: x staged in shared memory, XSV vec4s (whole units) at a time
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
@@ -203,86 +203,98 @@ void main() {
         acc[r] = 0.0;
     }
     const bool staged = XSV > 1u;
+    // Staged x goes through shared memory in chunks of XSV vec4s (whole
+    // units); unstaged, the whole row is one pass.
+    const uint chunk_units = staged ? XSV / UVEC4 : units;
     float ss_all = 0.0;
-    if (staged) {
-        float ss = 0.0;
-        for (uint v = lid; v < p.k / 4u; v += gl_WorkGroupSize.x) {
-            vec4 t = data_x[x_off + v];
-            if (norm) {
-                ss += dot(t, t);
-                vec4 nw = data_norm[v];
-                if (norm1) {
-                    nw += 1.0;
-                }
-                t *= nw;
+    for (uint c0 = 0u; c0 < units; c0 += chunk_units) {
+        const uint c1 = min(units, c0 + chunk_units);
+        if (staged) {
+            if (c0 > 0u) {
+                barrier();   // every row group is done with the last chunk
             }
-            xs[xs_slot(v)] = t;
-        }
-        if (norm) {
-            ss = subgroupAdd(ss);
-            if (subgroupElect()) {
-                ss_part[gl_SubgroupID] = ss;
-            }
-        }
-        barrier();
-        if (norm) {
-            for (uint i = 0u; i < gl_NumSubgroups; i++) {
-                ss_all += ss_part[i];
-            }
-        }
-    }
-    if (row0 < p.m) {
-        for (uint u0 = u_lo + lane; u0 < u_hi; u0 += TPR * UN) {
-          [[unroll]] for (uint i = 0u; i < UN; i++) {
-            // Past the slice: a duplicate of a live unit, weighted 0, so the
-            // loads of all UN units go out together.
-            const bool live = u0 + i * TPR < u_hi;
-            const uint u = live ? u0 + i * TPR : u0;
-            const uint xb = u * UVEC4;
-            vec4 xv[UVEC4];
-            if (staged) {
-                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
-                    xv[j] = xs[xs_slot(xb + j)];
-                }
-            } else {
-                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
-                    xv[j] = data_x[x_off + xb + j];
-                }
-            }
-            if (norm && !staged) {
-                vec4 sq = vec4(0.0);
-                [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
-                    sq += xv[j] * xv[j];
-                    vec4 nw = data_norm[xb + j];
+            float ss = 0.0;
+            for (uint v = lid; v < (c1 - c0) * UVEC4; v += gl_WorkGroupSize.x) {
+                vec4 t = data_x[x_off + c0 * UVEC4 + v];
+                if (norm) {
+                    ss += dot(t, t);
+                    vec4 nw = data_norm[c0 * UVEC4 + v];
                     if (norm1) {
                         nw += 1.0;
                     }
-                    xv[j] *= nw;
+                    t *= nw;
                 }
-                if (live) {
-                    acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
+                xs[xs_slot(v)] = t;
+            }
+            if (norm) {
+                ss = subgroupAdd(ss);
+                if (subgroupElect()) {
+                    ss_part[gl_SubgroupID] = ss;
                 }
             }
-            float sx[USUBS];
+            barrier();
+            if (norm) {
+                for (uint i = 0u; i < gl_NumSubgroups; i++) {
+                    ss_all += ss_part[i];
+                }
+            }
+        }
+        // This slice's units inside the chunk.
+        const uint lo = max(u_lo, c0);
+        const uint hi = min(u_hi, c1);
+        if (row0 < p.m) {
+            for (uint u0 = lo + lane; u0 < hi; u0 += TPR * UN) {
+              [[unroll]] for (uint i = 0u; i < UN; i++) {
+                // Past the slice: a duplicate of a live unit, weighted 0, so the
+                // loads of all UN units go out together.
+                const bool live = u0 + i * TPR < hi;
+                const uint u = live ? u0 + i * TPR : u0;
+                const uint xb = u * UVEC4;
+                vec4 xv[UVEC4];
+                if (staged) {
+                    [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                        xv[j] = xs[xs_slot((u - c0) * UVEC4 + j)];
+                    }
+                } else {
+                    [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                        xv[j] = data_x[x_off + xb + j];
+                    }
+                }
+                if (norm && !staged) {
+                    vec4 sq = vec4(0.0);
+                    [[unroll]] for (uint j = 0u; j < UVEC4; j++) {
+                        sq += xv[j] * xv[j];
+                        vec4 nw = data_norm[xb + j];
+                        if (norm1) {
+                            nw += 1.0;
+                        }
+                        xv[j] *= nw;
+                    }
+                    if (live) {
+                        acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
+                    }
+                }
+                float sx[USUBS];
 #if FAST_PATH
-            [[unroll]] for (uint h = 0u; h < USUBS; h++) {
-                vec4 t = vec4(0.0);
-                [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                    t += xv[8u * h + j];
+                [[unroll]] for (uint h = 0u; h < USUBS; h++) {
+                    vec4 t = vec4(0.0);
+                    [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                        t += xv[8u * h + j];
+                    }
+                    sx[h] = (t.x + t.y) + (t.z + t.w);
                 }
-                sx[h] = (t.x + t.y) + (t.z + t.w);
-            }
 #else
-            sx[0] = 0.0;
+                sx[0] = 0.0;
 #endif
-            // No branch per row (rows past the chunk read its last row and
-            // are never stored): the loads of all NR rows go out together
-            // instead of one round trip to memory per row.
-            [[unroll]] for (uint r = 0u; r < NR; r++) {
-                const float d = unit_dot(min(row0 + r, p.m - 1u), u, units, xv, sx);
-                acc[r] += live ? d : 0.0;
+                // No branch per row (rows past the chunk read its last row and
+                // are never stored): the loads of all NR rows go out together
+                // instead of one round trip to memory per row.
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    const float d = unit_dot(min(row0 + r, p.m - 1u), u, units, xv, sx);
+                    acc[r] += live ? d : 0.0;
+                }
+              }
             }
-          }
         }
     }
 

@@ -474,6 +474,17 @@ fn matvec_fast_paths_long_rows_match_ref() {
     // the fast paths must not lose precision over long rows.
     for t in [QuantType::Q4_0, QuantType::Q8_0, QuantType::Q4K] {
         check_matvec_folded(t, 19, 14336, None, None, false, false, None);
+        // x staged in two chunks (57 KiB of it), with the norm folded in
+        check_matvec_folded(
+            t,
+            37,
+            14336,
+            Some(NormFlavor::Plain),
+            None,
+            true,
+            false,
+            mv(32, 2, 1, 2, 128, true),
+        );
     }
 }
 

@@ -12,7 +12,7 @@ use super::rms_norm::NormFlavor;
 use super::{View, kernel_subgroup, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
-use crate::quant::{QuantWeight, WeightChunk};
+use crate::quant::{QuantType, QuantWeight, WeightChunk};
 
 /// Push constants of `glsl/matvec.comp`.
 #[repr(C)]
@@ -114,20 +114,44 @@ fn rows_tiling(n: usize) -> (usize, usize) {
     }
 }
 
-/// (invocations per row group, rows per group) of `matvec.comp` for a weight
-/// of `rows` × `cols` on a device with subgroups of `sg` (1: unknown).
-/// Large matrices share each load of x across several rows while still giving
-/// every SM several workgroups. Measured on the H200 with one shape for every
-/// matrix, llama-8b (all its matrices 4096+ × 4096+), tg64: q4_0 (32, 4) 152
-/// tok/s, (128, 4) 167, (64, 8) 188, against 166 (tg128) with (64, 4); q4_k
-/// (32, 4) 125, (128, 4) 110, (64, 8) 145, against 131 with (64, 4).
-/// llama-1b q4_0 (before the row loop lost its per-row branch): (32, 4) 377,
-/// (64, 4) 395, and 405 with the rows rule below, which gives its 2048-row
-/// matrices 2 rows per group.
-fn matvec_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
+/// The `matvec.comp` layout for a weight of `rows` × `cols` of `qtype` on a
+/// device with subgroups of `sg` (1: unknown).
+///
+/// Subgroups of 32 (NVIDIA), from `combs kernel-bench` on the H200
+/// (2026-12-01, µs per dispatch in a chain with barriers, the previous
+/// rule's figure first): x staged in shared memory wins almost everywhere
+/// (smollm2-135m q4_0 down 576×1536: 7.5 → 6.3; llama-1b q4_0 out
+/// 2048×2048: 9.8 → 7.4); matrices of 16384+ rows take workgroups of 256
+/// with 4 rows per group (llama-1b gate/up 16384×2048: 21.6 → 14.8,
+/// llama-8b 28672×4096: 44.5 → 37.6, the 128256×2048 head 104.7 → 74.3);
+/// 4096+ rows of 128+ units take two units in flight (llama-8b q4_0 out
+/// 4096×4096: 18.2 → 11.1); long rows (down projections, whose x was too
+/// large to stage then) take 64 invocations and two units in flight
+/// (llama-8b q4_0 down 4096×14336: 44.5 → 35.7, llama-1b 2048×8192:
+/// 21.8 → 17.9). Other subgroup sizes keep the layouts measured before:
+/// one row group of min(sg, 32) invocations with 1, 2 or 4 rows.
+fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecShape {
     let s = |tpr, nr| MatvecShape::new(tpr, nr);
     if sg <= 1 {
         return s(32, 1);
+    }
+    if sg == 32 {
+        let units = cols / unit_columns(qtype);
+        let staged = |tpr, nr, un, wg| MatvecShape {
+            un,
+            wg,
+            stage_x: true,
+            ..s(tpr, nr)
+        };
+        return if cols > 6144 {
+            MatvecShape { un: 2, ..s(64, 4) }
+        } else if rows >= 16384 {
+            staged(32, 4, 1, 256)
+        } else if rows >= 4096 && units >= 128 {
+            staged(32, 4, 2, 128)
+        } else {
+            staged(32, 2, 1, 128)
+        };
     }
     if rows >= 4096 && cols >= 4096 && sg <= 64 {
         return s(64, 8);
@@ -141,6 +165,11 @@ fn matvec_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
         1
     };
     s(tpr, nr)
+}
+
+/// Columns one invocation of `matvec.comp` takes at a time (a unit).
+fn unit_columns(qtype: QuantType) -> usize {
+    if qtype == QuantType::Q4K { 64 } else { 32 }
 }
 
 /// How `matvec.comp` lays a workgroup over a weight: `ks` column slices of
@@ -175,9 +204,9 @@ impl MatvecShape {
         }
     }
 
-    /// The shape combs picks for a chunk of `rows` × `cols` on this device.
-    pub fn choose(ctx: &GpuContext, rows: usize, cols: usize) -> Self {
-        matvec_shape(kernel_subgroup(ctx), rows, cols)
+    /// The shape combs picks for a chunk of `rows` × `cols` of `qtype` on this device.
+    pub fn choose(ctx: &GpuContext, qtype: QuantType, rows: usize, cols: usize) -> Self {
+        matvec_shape(kernel_subgroup(ctx), qtype, rows, cols)
     }
 
     /// Rows one workgroup covers.
@@ -224,6 +253,16 @@ impl CoopTile {
         wm: 1,
         wn: 1,
         wk: 4,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+    };
+    /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
+    /// small ones at many.
+    pub const SKINNY_WIDE: CoopTile = CoopTile {
+        wm: 2,
+        wn: 1,
+        wk: 2,
         tm: 1,
         tn: 1,
         bk: 64,
@@ -280,16 +319,21 @@ impl CoopTile {
     /// The tile for `rows` × `n` tokens: big tiles where they still give the
     /// GPU a few workgroups per SM, the 64 × 64 one otherwise, and a K-split
     /// 16 × 16 one for batched decode.
-    pub fn choose(ctx: &GpuContext, rows: usize, n: usize) -> Self {
+    pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
         let fits = |t: &CoopTile| t.shared_bytes() <= ctx.caps().max_shared_memory as usize;
         if n <= 16 {
-            return CoopTile::SKINNY;
+            return if rows >= 16384 {
+                CoopTile::SKINNY_WIDE
+            } else {
+                CoopTile::SKINNY
+            };
         }
-        let big = CoopTile::BIG;
-        if n > 64 && fits(&big) && rows.div_ceil(big.bm()) * n.div_ceil(big.bn()) >= 256 {
-            big
-        } else {
+        if n > 64 && rows >= 4096 && cols >= 4096 && fits(&CoopTile::BIG) {
+            CoopTile::BIG
+        } else if rows >= 1024 {
             CoopTile::MID
+        } else {
+            CoopTile::SKINNY_WIDE
         }
     }
 
@@ -549,8 +593,8 @@ pub fn record_linear_tiled(
                 )?;
             }
             LinearVariant::Coop => {
-                let tile =
-                    coop_tile.unwrap_or_else(|| CoopTile::choose(rec.context(), chunk.n_rows, n));
+                let tile = coop_tile
+                    .unwrap_or_else(|| CoopTile::choose(rec.context(), chunk.n_rows, k, n));
                 let groups = [
                     pc_u32("groups", chunk.n_rows.div_ceil(tile.bm()))?,
                     pc_u32("groups", n.div_ceil(tile.bn()))?,
@@ -731,17 +775,28 @@ fn record_matvec_chunk(
     let sg = kernel_subgroup(&ctx);
     let mut shape = opts
         .shape
-        .unwrap_or_else(|| matvec_shape(sg, chunk.n_rows, k));
+        .unwrap_or_else(|| matvec_shape(sg, w.qtype(), chunk.n_rows, k));
     if !shape.valid() {
         return Err(ModelError::Internal(format!("matvec shape {shape:?}")));
     }
     let MatvecShape {
         tpr, ks, un, wg, ..
     } = shape;
-    // Staged x: k / 4 vec4s where they fit the device's shared memory.
-    let stage_bytes = MATVEC_STAGE_BYTES.min(ctx.caps().max_shared_memory as usize / 2);
-    let xsv = if shape.stage_x && 4 * k <= stage_bytes {
-        pc_u32("k", k / 4)?
+    // Staged x: in chunks of whole units that fit the shared memory left
+    // beside the reduction's, as few and as even as possible.
+    let xsv = if shape.stage_x {
+        let unit_vec4 = unit_columns(w.qtype()) / 4;
+        let red = 4 * (wg * (shape.nr + 2)) as usize + 128;
+        let budget =
+            MATVEC_STAGE_BYTES.min((ctx.caps().max_shared_memory as usize).saturating_sub(red));
+        let max_vec4 = budget / 16 / unit_vec4 * unit_vec4;
+        if max_vec4 < unit_vec4 {
+            1
+        } else {
+            let total = k / 4;
+            let chunks = total.div_ceil(max_vec4);
+            pc_u32("k", total.div_ceil(chunks).next_multiple_of(unit_vec4))?
+        }
     } else {
         1
     };

@@ -430,7 +430,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         },
                     )
                 })?;
-                let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, m.rows, m.cols));
+                let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, t, m.rows, m.cols));
                 writeln!(
                     out,
                     "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
@@ -475,7 +475,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     let flop = 2.0 * (m.rows * m.cols * n) as f64;
                     let label = match (variant, tile) {
                         (LinearVariant::Coop, _) => {
-                            let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, n));
+                            let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
                             format!(
                                 "co{}x{}x{}x{}x{}x{}{} n={n}",
                                 c.wm,
