@@ -71,6 +71,13 @@ fn kernels() -> Vec<KernelDef> {
             )
         });
     }
+    // Q4_K matvec over 32-column units (one sub-block per invocation):
+    // half the registers for x of the 64-column units.
+    k.push(def(
+        "matvec_q4_k_u32_f32",
+        "matvec.comp",
+        &[("DATA_A_Q4_K", "1"), ("Q4K_UNIT32", "1")],
+    ));
     k.push(def("rms_norm_f32", "rms_norm.comp", &[]));
     k.push(def("rope_f32", "rope.comp", &[]));
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));

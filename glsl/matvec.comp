@@ -75,7 +75,7 @@ layout(push_constant) uniform Params {
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
 
-#if defined(DATA_A_Q4_K)
+#if defined(DATA_A_Q4_K) && !defined(Q4K_UNIT32)
 #define USUBS 2       // 32-column sub-blocks per unit: both nibbles of 32 bytes
 #else
 #define USUBS 1
@@ -93,6 +93,26 @@ vec4 nibbles_unit(uint w, const uint hi) {
                              : uvec4(w << 15, w << 7, w >> 1, w >> 9);
     return uintBitsToFloat((s & 0x00780000u) | 0x3F800000u);
 }
+
+#if defined(DATA_A_Q4_K)
+// The 6-bit scale and min of sub-block j (0..7) from the three words of a
+// block's packed scales (llama.cpp get_scale_min_k4), without branching on
+// j: neighbouring invocations hold different sub-blocks.
+uvec2 scale_min_words(uvec3 w, uint j) {
+    const uint sh = 8u * (j & 3u);
+    const uint a = (w.x >> sh) & 0xFFu;
+    const uint b = (w.y >> sh) & 0xFFu;
+    const uint c = (w.z >> sh) & 0xFFu;
+    const bool lo = j < 4u;
+    return uvec2(lo ? (a & 63u) : ((c & 0xFu) | ((a >> 6) << 4)),
+                 lo ? (b & 63u) : ((c >> 4) | ((b >> 6) << 4)));
+}
+
+uvec3 scale_words(uint ib) {
+    const uint sw = p.nb * PLANE0_WORDS + ib * PLANE1_WORDS;
+    return uvec3(data_a[sw], data_a[sw + 1u], data_a[sw + 2u]);
+}
+#endif
 
 // 1 + u / 256 for each byte u of w.
 vec4 bytes_unit(uint w) {
@@ -129,6 +149,24 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     }
     // s = sx + sum((q + 128) x) / 256
     return a_scale(p.nb, ib, 0u) * (256.0 * s - 384.0 * sx[0]);
+#elif defined(DATA_A_Q4_K) && defined(Q4K_UNIT32)
+    // Unit = sub-block u % 8 of block u / 8: the low (even sub-blocks) or
+    // high (odd) nibbles of the 32 bytes at 32 * j64; the neighbouring
+    // invocation loads the same bytes for the other nibbles.
+    const uint ib = row * (units / 8u) + u / 8u;
+    const uint sub = u % 8u;
+    const uint qw = (ib * PLANE0_WORDS + 8u * (sub / 2u)) / 4u;
+    const uint sh = 4u * (sub & 1u);
+    const uvec4 q0 = data_a4[qw] >> sh;
+    const uvec4 q1 = data_a4[qw + 1u] >> sh;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dot(nibbles_unit(q0[i], 0u), xv[i]) + dot(nibbles_unit(q1[i], 0u), xv[i + 4u]);
+    }
+    const uvec2 sm = scale_min_words(scale_words(ib), sub);
+    const float d = a_scale(p.nb, ib, 0u);
+    const float dmin = a_scale(p.nb, ib, 1u);
+    return d * float(sm.x) * 16.0 * (s - sx[0]) - dmin * float(sm.y) * sx[0];
 #elif defined(DATA_A_Q4_K)
     // Unit = 64 columns: byte l of the 32 at 32 * j64 holds column l of
     // sub-block 2 j64 (low nibble) and of 2 j64 + 1 (high).
@@ -142,9 +180,9 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
         s0 += dot(nibbles_unit(q0[i], 0u), xv[i]) + dot(nibbles_unit(q1[i], 0u), xv[i + 4u]);
         s1 += dot(nibbles_unit(q0[i], 1u), xv[i + 8u]) + dot(nibbles_unit(q1[i], 1u), xv[i + 12u]);
     }
-    const uint sw = p.nb * PLANE0_WORDS + ib * PLANE1_WORDS;
-    const uvec2 sm0 = scale_min_k4(sw, 2u * j64);
-    const uvec2 sm1 = scale_min_k4(sw, 2u * j64 + 1u);
+    const uvec3 sw = scale_words(ib);
+    const uvec2 sm0 = scale_min_words(sw, 2u * j64);
+    const uvec2 sm1 = scale_min_words(sw, 2u * j64 + 1u);
     const float d = a_scale(p.nb, ib, 0u);
     const float dmin = a_scale(p.nb, ib, 1u);
     // w = dl q - ml; sum(q x) = 16 (s - sx)

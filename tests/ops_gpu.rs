@@ -302,7 +302,13 @@ fn mv(tpr: u32, nr: u32, ks: u32, un: u32, wg: u32, stage_x: bool) -> Option<Mat
         un,
         wg,
         stage_x,
+        narrow: false,
     })
+}
+
+/// [`mv`] with Q4_K's 32-column units.
+fn mv_narrow(tpr: u32, nr: u32, un: u32, stage_x: bool) -> Option<MatvecShape> {
+    mv(tpr, nr, 1, un, 128, stage_x).map(|m| MatvecShape { narrow: true, ..m })
 }
 
 fn check_matvec_folded(
@@ -404,6 +410,7 @@ fn matvec_folded_norm_matches_ref() {
             (NormFlavor::Plain, mv(32, 2, 1, 2, 128, true)),
             (NormFlavor::ZeroCentred, mv(16, 3, 2, 3, 256, true)),
             (NormFlavor::Plain, mv(8, 2, 1, 4, 64, false)),
+            (NormFlavor::ZeroCentred, mv_narrow(16, 3, 2, false)),
         ] {
             check_matvec_folded(t, 37, 768, Some(flavor), None, true, false, shape);
         }
@@ -472,6 +479,16 @@ fn matvec_gated_pairs_match_ref() {
 fn matvec_fast_paths_long_rows_match_ref() {
     // 14336 columns (an 8B FFN's down projection): the sum-of-x correction of
     // the fast paths must not lose precision over long rows.
+    check_matvec_folded(
+        QuantType::Q4K,
+        37,
+        14336,
+        None,
+        None,
+        false,
+        true,
+        mv_narrow(32, 4, 2, true),
+    );
     for t in [QuantType::Q4_0, QuantType::Q8_0, QuantType::Q4K] {
         check_matvec_folded(t, 19, 14336, None, None, false, false, None);
         // x staged in two chunks (57 KiB of it), with the norm folded in

@@ -136,7 +136,7 @@ fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecSh
         return s(32, 1);
     }
     if sg == 32 {
-        let units = cols / unit_columns(qtype);
+        let units = cols / unit_columns(qtype, false);
         let staged = |tpr, nr, un, wg| MatvecShape {
             un,
             wg,
@@ -168,8 +168,12 @@ fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecSh
 }
 
 /// Columns one invocation of `matvec.comp` takes at a time (a unit).
-fn unit_columns(qtype: QuantType) -> usize {
-    if qtype == QuantType::Q4K { 64 } else { 32 }
+fn unit_columns(qtype: QuantType, narrow: bool) -> usize {
+    if qtype == QuantType::Q4K && !narrow {
+        64
+    } else {
+        32
+    }
 }
 
 /// How `matvec.comp` lays a workgroup over a weight: `ks` column slices of
@@ -187,8 +191,10 @@ pub struct MatvecShape {
     pub un: u32,
     /// Invocations per workgroup (64, 128 or 256).
     pub wg: u32,
-    /// Stage x in shared memory once per workgroup (where it fits).
+    /// Stage x in shared memory once per workgroup (in chunks where it is long).
     pub stage_x: bool,
+    /// Q4_K: units of 32 columns (one sub-block) instead of 64.
+    pub narrow: bool,
 }
 
 impl MatvecShape {
@@ -201,6 +207,7 @@ impl MatvecShape {
             un: 1,
             wg: MATVEC_WG,
             stage_x: false,
+            narrow: false,
         }
     }
 
@@ -785,7 +792,7 @@ fn record_matvec_chunk(
     // Staged x: in chunks of whole units that fit the shared memory left
     // beside the reduction's, as few and as even as possible.
     let xsv = if shape.stage_x {
-        let unit_vec4 = unit_columns(w.qtype()) / 4;
+        let unit_vec4 = unit_columns(w.qtype(), shape.narrow) / 4;
         let red = 4 * (wg * (shape.nr + 2)) as usize + 128;
         let budget =
             MATVEC_STAGE_BYTES.min((ctx.caps().max_shared_memory as usize).saturating_sub(red));
@@ -828,7 +835,11 @@ fn record_matvec_chunk(
         pc_u32("groups", chunk.n_rows.div_ceil(rows_per_wg) * n.max(1))?,
     );
     rec.dispatch(
-        kernel("matvec", w)?,
+        if shape.narrow && w.qtype() == QuantType::Q4K {
+            Kernel::MatvecQ4KU32F32
+        } else {
+            kernel("matvec", w)?
+        },
         &[wg, sg, tpr, nr, ks, un, xsv],
         &[
             Binding::read(&chunk.buffer),

@@ -118,7 +118,11 @@ fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
     if s == "auto" {
         return Ok(None);
     }
-    let bad = || ModelError::invalid("--shapes", format!("`{s}` is not TPRxNR[xKS[xUN[xWG]]][s]"));
+    let bad = || ModelError::invalid("--shapes", format!("`{s}` is not TPRxNR[xKS[xUN[xWG]]][s][n]"));
+    let (s, narrow) = match s.strip_suffix('n') {
+        Some(b) => (b, true),
+        None => (s, false),
+    };
     let (body, stage_x) = match s.strip_suffix('s') {
         Some(b) => (b, true),
         None => (s, false),
@@ -136,6 +140,7 @@ fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
     m.un = v.get(3).copied().unwrap_or(1);
     m.wg = v.get(4).copied().unwrap_or(m.wg);
     m.stage_x = stage_x;
+    m.narrow = narrow;
     Ok(Some(m))
 }
 
@@ -168,13 +173,14 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
 /// A layout as `--shapes` spells it.
 fn shape_label(s: &MatvecShape) -> String {
     format!(
-        "{}x{}x{}x{}x{}{}",
+        "{}x{}x{}x{}x{}{}{}",
         s.tpr,
         s.nr,
         s.ks,
         s.un,
         s.wg,
-        if s.stage_x { "s" } else { "" }
+        if s.stage_x { "s" } else { "" },
+        if s.narrow { "n" } else { "" }
     )
 }
 
