@@ -16,7 +16,7 @@ use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
     CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref,
-    record_linear_tiled, record_linear_with, record_matvec,
+    record_linear_tiled, record_linear_with, record_matvec, record_matvec_tokens,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
@@ -311,6 +311,7 @@ fn mv_narrow(tpr: u32, nr: u32, un: u32, stage_x: bool) -> Option<MatvecShape> {
     mv(tpr, nr, 1, un, 128, stage_x).map(|m| MatvecShape { narrow: true, ..m })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_matvec_folded(
     t: QuantType,
     rows: usize,
@@ -321,8 +322,25 @@ fn check_matvec_folded(
     accumulate: bool,
     shape: Option<MatvecShape>,
 ) {
+    check_matvec_folded_n(t, rows, cols, 1, norm, glu, bias, accumulate, shape);
+}
+
+/// The folded matvec for `n` tokens (rows of x and of the output a few
+/// floats apart, as in a batch's scratch) against the CPU chain per token.
+#[allow(clippy::too_many_arguments)]
+fn check_matvec_folded_n(
+    t: QuantType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    norm: Option<NormFlavor>,
+    glu: Option<Activation>,
+    bias: bool,
+    accumulate: bool,
+    shape: Option<MatvecShape>,
+) {
     let ctx = gpu();
-    let label = format!("matvec_folded_{}_{rows}x{cols}", t.name());
+    let label = format!("matvec_folded_{}_{rows}x{cols}_n{n}", t.name());
     let mut rng = Rng::fresh(&label);
     let bytes = random_weight(&mut rng, t, rows * cols);
     let mut up = Uploader::new(&ctx).expect("staging");
@@ -330,27 +348,29 @@ fn check_matvec_folded(
         QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes).expect("upload");
     up.flush().expect("flush");
     let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+    let (ldx, out_len) = (cols + 8, if glu.is_some() { rows / 2 } else { rows });
+    let ldo = out_len + 4;
     // Random scale and offset, so the norm has something to undo.
-    let x: Vec<f32> = rng.normals(cols, 3.0).iter().map(|v| v + 0.5).collect();
+    let x: Vec<f32> = rng.normals(n * ldx, 3.0).iter().map(|v| v + 0.5).collect();
     let nw = rng.normals(cols, 1.0);
     let b = rng.normals(rows, 1.0);
-    let out_len = if glu.is_some() { rows / 2 } else { rows };
-    let init = rng.normals(out_len, 1.0);
+    let init = rng.normals(n * ldo, 1.0);
     let (xb, nb, bb) = (
         device_f32(&ctx, &x),
         device_f32(&ctx, &nw),
         device_f32(&ctx, &b),
     );
-    let out = readback(&ctx, out_len);
+    let out = readback(&ctx, n * ldo);
     out.write_slice(0, &init).expect("init");
     let eps = 1e-5;
     run(&ctx, |rec| {
-        record_matvec(
+        record_matvec_tokens(
             rec,
             &w,
             bias.then_some(&bb),
-            View::new(&xb, cols),
-            View::new(&out, out_len),
+            View::new(&xb, ldx),
+            n,
+            View::new(&out, ldo),
             accumulate,
             MatvecOptions {
                 shape,
@@ -365,26 +385,64 @@ fn check_matvec_folded(
         )
         .expect("record");
     });
-    let xin = match norm {
-        Some(flavor) => rms_norm_ref(&x, Some(&nw), flavor, eps),
-        None => x.clone(),
-    };
-    let mut y = linear_ref(&wf, rows, cols, &xin, 1);
-    if bias {
-        y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+    let got = read(&out, n * ldo);
+    for tk in 0..n {
+        let xt = &x[tk * ldx..tk * ldx + cols];
+        let xin = match norm {
+            Some(flavor) => rms_norm_ref(xt, Some(&nw), flavor, eps),
+            None => xt.to_vec(),
+        };
+        let mut y = linear_ref(&wf, rows, cols, &xin, 1);
+        if bias {
+            y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+        }
+        let mut want: Vec<f32> = match glu {
+            Some(act) => y.chunks(2).map(|p| act_ref(act, p[0]) * p[1]).collect(),
+            None => y,
+        };
+        if accumulate {
+            want.iter_mut()
+                .zip(&init[tk * ldo..])
+                .for_each(|(a, p)| *a += p);
+        }
+        let row = &got[tk * ldo..tk * ldo + out_len];
+        let e = rel_err(row, &want);
+        assert!(
+            e < 2e-5,
+            "{label} token {tk} norm {norm:?} glu {glu:?} bias {bias} acc {accumulate} shape {shape:?}: {e}"
+        );
+        // the gap between rows is left alone
+        assert_eq!(
+            &got[tk * ldo + out_len..(tk + 1) * ldo],
+            &init[tk * ldo + out_len..(tk + 1) * ldo],
+            "{label} token {tk}: wrote past its row"
+        );
     }
-    let mut want: Vec<f32> = match glu {
-        Some(act) => y.chunks(2).map(|p| act_ref(act, p[0]) * p[1]).collect(),
-        None => y,
-    };
-    if accumulate {
-        want.iter_mut().zip(&init).for_each(|(a, p)| *a += p);
+}
+
+/// Batched decode's matvec over a few tokens with the norm and the gated
+/// activation folded in (each workgroup one token's share of rows).
+#[test]
+fn matvec_folded_several_tokens_match_ref() {
+    for (t, shape) in [
+        (QuantType::Q4_0, None),
+        (QuantType::Q4K, mv(32, 2, 1, 1, 128, true)),
+        (QuantType::Q8_0, mv(8, 4, 2, 2, 128, false)),
+        (QuantType::Q6K, None),
+    ] {
+        check_matvec_folded_n(t, 70, 512, 3, Some(NormFlavor::Plain), None, true, true, shape);
+        check_matvec_folded_n(
+            t,
+            134,
+            512,
+            5,
+            Some(NormFlavor::ZeroCentred),
+            Some(Activation::Silu),
+            false,
+            false,
+            shape,
+        );
     }
-    let e = rel_err(&read(&out, out_len), &want);
-    assert!(
-        e < 2e-5,
-        "{label} norm {norm:?} glu {glu:?} bias {bias} acc {accumulate} shape {shape:?}: {e}"
-    );
 }
 
 #[test]

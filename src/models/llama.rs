@@ -23,7 +23,8 @@ use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::{Activation, record_glu, record_glu_interleaved};
 use crate::ops::linear::{
-    Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, record_linear_with, record_matvec,
+    Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, record_linear_with,
+    record_matvec_tokens,
 };
 use crate::ops::rms_norm::{record_rms_norm, record_rms_norm_heads};
 use crate::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope};
@@ -481,10 +482,9 @@ impl LlamaModel {
     /// under llama.cpp numerics, which round the normalized input) or a gated
     /// activation of their output.
     fn folds(&self, rec: &Recording, n: usize, x: View<'_>, norm: bool) -> bool {
-        // The folded steps are written for one token (the matvec of a few
-        // tokens for batched decode runs unfolded).
-        n == 1
-            && self.linear_variant(rec, n, x) == LinearVariant::Matvec
+        // The matvec folds them for each token (batched decode of a few
+        // sequences); the tiled kernels of longer batches do not.
+        self.linear_variant(rec, n, x) == LinearVariant::Matvec
             && (!norm || self.numerics == Numerics::Exact)
     }
 
@@ -562,11 +562,12 @@ impl LlamaModel {
             || (glu.is_some() && self.folds(rec, n, input.x, false))
         {
             let x = self.linear_input(rec, s, w.weight.qtype(), input.x, n, w.n_in())?;
-            record_matvec(
+            record_matvec_tokens(
                 rec,
                 &w.weight,
                 w.bias.as_ref(),
                 x,
+                n,
                 out,
                 false,
                 MatvecOptions {
@@ -778,18 +779,19 @@ impl GenerativeModel for LlamaModel {
         let x = View::new(&s.x, e).shift(first * e);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let logits = View::new(&s.logits_dev, self.spec.n_vocab).shift(out_row * self.spec.n_vocab);
-        if n == 1 && self.folds(rec, 1, x, true) {
+        if self.folds(rec, n, x, true) {
             // The output norm inside the head's matvec.
             let norm = NormInput {
                 weight: &self.output_norm,
                 flavor: self.spec.norm_flavor,
                 eps: self.spec.norm_eps,
             };
-            record_matvec(
+            record_matvec_tokens(
                 rec,
                 head,
                 None,
                 x,
+                n,
                 logits,
                 false,
                 MatvecOptions {

@@ -697,6 +697,33 @@ pub fn record_matvec(
     accumulate: bool,
     opts: MatvecOptions<'_>,
 ) -> Result<()> {
+    record_matvec_tokens(rec, w, bias, x, 1, out, accumulate, opts)
+}
+
+/// [`record_matvec`] for `n` tokens (rows of `x` and `out`), each workgroup
+/// taking one token's share of the rows: batched decode of a few
+/// sequences, the folded steps applied per token (the rope at each token's
+/// position).
+///
+/// # Errors
+/// As [`record_matvec`], and rows of `x` that are not 4-float aligned.
+#[allow(clippy::too_many_arguments)]
+pub fn record_matvec_tokens(
+    rec: &mut Recording,
+    w: &QuantWeight,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    n: usize,
+    out: View<'_>,
+    accumulate: bool,
+    opts: MatvecOptions<'_>,
+) -> Result<()> {
+    if !LinearVariant::matvec_fits(n, x) {
+        return Err(ModelError::Internal(format!(
+            "matvec of {n} tokens at float {} stride {} (not multiples of 4)",
+            x.offset, x.ld
+        )));
+    }
     let k = w.cols();
     if !k.is_multiple_of(32) || !k.is_multiple_of(w.qtype().block_size()) {
         return Err(ModelError::Shape {
@@ -733,7 +760,7 @@ pub fn record_matvec(
         )));
     }
     for chunk in w.chunks() {
-        record_matvec_chunk(rec, w, chunk, bias, x, 1, out, accumulate, opts)?;
+        record_matvec_chunk(rec, w, chunk, bias, x, n, out, accumulate, opts)?;
     }
     Ok(())
 }

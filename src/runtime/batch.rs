@@ -77,6 +77,12 @@ impl BatchRunner {
             ));
         }
         let lists: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+        if let ([s], [t]) = (&mut *sessions, tokens) {
+            // One sequence: its own recorded step, whose single-token
+            // kernels fold the norms, rope and gated activation.
+            self.check(std::slice::from_ref(s), &lists)?;
+            return s.decode(*t);
+        }
         self.run(sessions, &lists)
     }
 
