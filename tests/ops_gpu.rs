@@ -873,7 +873,11 @@ fn get_rows_every_type_matches_ref() {
 /// cache, then attends the `n_new` newest queries, comparing with the f64
 /// reference; covers GQA, sliding windows and soft-capping.
 fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: AttentionOptions) {
-    for v in [AttentionVariant::Tiled, AttentionVariant::Rows] {
+    for v in [
+        AttentionVariant::Tiled,
+        AttentionVariant::Rows,
+        AttentionVariant::Blocks,
+    ] {
         check_attention_variant(v, n_past, n_new, shape, opts);
     }
 }
@@ -1180,6 +1184,104 @@ fn attention_decode_storing_equals_store_then_attend() {
                 ["K", "V"][pick]
             );
         }
+    }
+}
+
+/// Prompts of several sequences packed into one call (batched prefill):
+/// query blocks straddle sequences, each of which reads its own pages; the
+/// block kernel agrees with the rows kernel, which walks each query alone.
+#[test]
+fn attention_blocks_across_sequences_match_rows() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("attention_blocks_seqs");
+    let shape = AttentionShape {
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let (page, n_pages) = (8usize, 64usize);
+    let width = shape.n_head_kv * shape.head_dim;
+    let qw = shape.n_head * shape.head_dim;
+    // (tokens already held, new tokens) per sequence.
+    let seqs = [(0usize, 5usize), (11, 40), (3, 13), (0, 1)];
+    let mut free: Vec<i32> = (0..n_pages as i32).collect();
+    free.reverse();
+    free.swap(2, 40);
+    let (mut table, mut base_of) = (Vec::new(), Vec::new());
+    for &(past, new) in &seqs {
+        base_of.push(table.len() as i32);
+        for _ in 0..(past + new).div_ceil(page) {
+            table.push(free.pop().expect("pages"));
+        }
+    }
+    // Every row of every sequence, old and new, stored once.
+    let (mut pos, mut base, mut new_pos, mut new_base) = (vec![], vec![], vec![], vec![]);
+    for (i, &(past, new)) in seqs.iter().enumerate() {
+        for j in 0..past + new {
+            pos.push(j as i32);
+            base.push(base_of[i]);
+            if j >= past {
+                new_pos.push(j as i32);
+                new_base.push(base_of[i]);
+            }
+        }
+    }
+    let n_all = pos.len();
+    let nt = new_pos.len();
+    let bytes = (n_pages * page * width * 2) as u64;
+    let kc = Buffer::new(&ctx, bytes, MemoryKind::Device, "k").expect("k");
+    let vc = Buffer::new(&ctx, bytes, MemoryKind::Device, "v").expect("v");
+    let kb = device_f32(&ctx, &rng.normals(n_all * width, 1.0));
+    let vb = device_f32(&ctx, &rng.normals(n_all * width, 1.0));
+    let qb = device_f32(&ctx, &rng.normals(nt * qw, 1.0));
+    let (tb, pb, bb) = (host_i32(&ctx, &table), host_i32(&ctx, &pos), host_i32(&ctx, &base));
+    let (npb, nbb) = (host_i32(&ctx, &new_pos), host_i32(&ctx, &new_base));
+    let at_all = CacheAddressing {
+        positions: &pb,
+        page_table: &tb,
+        seq_base: &bb,
+        page_size: page,
+        ring: 0,
+    };
+    run(&ctx, |rec| {
+        record_kv_store(rec, View::new(&kb, width), n_all, width, &kc, at_all).expect("k");
+        record_kv_store(rec, View::new(&vb, width), n_all, width, &vc, at_all).expect("v");
+    });
+    let at = CacheAddressing {
+        positions: &npb,
+        seq_base: &nbb,
+        ..at_all
+    };
+    for window in [0usize, 7] {
+        let opts = AttentionOptions {
+            scale: 0.125,
+            softcap: if window > 0 { 15.0 } else { 0.0 },
+            window,
+        };
+        let outs = [readback(&ctx, nt * qw), readback(&ctx, nt * qw)];
+        for (v, out) in [AttentionVariant::Rows, AttentionVariant::Blocks]
+            .into_iter()
+            .zip(&outs)
+        {
+            run(&ctx, |rec| {
+                record_attention_with(
+                    rec,
+                    v,
+                    View::new(&qb, qw),
+                    View::new(out, qw),
+                    nt,
+                    shape,
+                    &kc,
+                    &vc,
+                    at,
+                    opts,
+                )
+                .expect("attention");
+            });
+        }
+        let (a, b) = (read(&outs[0], nt * qw), read(&outs[1], nt * qw));
+        let e = rel_err(&b, &a);
+        assert!(e < 1e-5, "window {window}: blocks vs rows {e}");
     }
 }
 

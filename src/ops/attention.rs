@@ -112,6 +112,9 @@ pub enum AttentionVariant {
     Tiled,
     /// A few invocations per query walking the keys together (`attention_rows.comp`).
     Rows,
+    /// Blocks of queries walking tiles of keys staged in shared memory
+    /// (`attention_blocks.comp`): prompts on GPUs.
+    Blocks,
 }
 
 impl AttentionVariant {
@@ -123,6 +126,9 @@ impl AttentionVariant {
     pub fn choose(ctx: &crate::gpu::GpuContext, n_tokens: usize, shape: AttentionShape) -> Self {
         if ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
             return AttentionVariant::Rows;
+        }
+        if n_tokens > 1 && blocks_split(ctx, shape.head_dim).is_some() {
+            return AttentionVariant::Blocks;
         }
         let per_wg = (ATTN_WG / rows_split(ctx, shape.head_dim)) as usize;
         if n_tokens == 1 || n_tokens.div_ceil(per_wg) * shape.n_head < 256 {
@@ -149,6 +155,30 @@ fn rows_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> u32 {
         ds *= 2;
     }
     ds
+}
+
+/// Workgroup of the prompt kernel (`attention_blocks.comp`).
+const BLOCKS_WG: u32 = 128;
+
+/// (invocations per query, keys per tile) of the prompt kernel: 16
+/// dimensions per invocation where the subgroup allows (32 otherwise), so a
+/// query's scores for a tile stay in registers; `None` where no split fits
+/// (a subgroup size the driver may change, odd dimensions per invocation).
+fn blocks_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32, u32)> {
+    let sg = kernel_subgroup(ctx) as usize;
+    if sg <= 1 {
+        return None;
+    }
+    let mut qt = 1usize;
+    while head_dim / qt > 16 && 2 * qt <= sg.min(BLOCKS_WG as usize) {
+        qt *= 2;
+    }
+    let dpl = head_dim / qt;
+    if !head_dim.is_multiple_of(qt) || !dpl.is_multiple_of(2) || dpl > 32 {
+        return None;
+    }
+    let bc = if head_dim > 128 { 16 } else { 32 };
+    Some((qt as u32, bc))
 }
 
 /// (workgroup size, invocations per key group) of the decode kernel: about 16
@@ -432,6 +462,30 @@ fn record_attention_inner(
                     (shape.head_dim / ds as usize) as u32,
                 ],
                 groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
+            )
+        }
+        AttentionVariant::Blocks => {
+            let (qt, bc) = blocks_split(&ctx, shape.head_dim).ok_or_else(|| {
+                ModelError::Internal(format!(
+                    "no query-block layout for head dim {} on this device",
+                    shape.head_dim
+                ))
+            })?;
+            let per_wg = (BLOCKS_WG / qt) as usize;
+            (
+                Kernel::AttentionBlocksF16F32,
+                vec![
+                    BLOCKS_WG,
+                    kernel_subgroup(&ctx),
+                    qt,
+                    (shape.head_dim / qt as usize) as u32,
+                    bc,
+                ],
+                [
+                    pc_u32("attention groups", n_tokens.div_ceil(per_wg))?,
+                    pc_u32("heads", shape.n_head)?,
+                    1,
+                ],
             )
         }
         AttentionVariant::Rows => {

@@ -346,7 +346,11 @@ fn attention_bench(
         window: 0,
     };
     for (n, positions) in [(n_ctx, &all), (1, &last)] {
-        for variant in [AttentionVariant::Rows, AttentionVariant::Tiled] {
+        for variant in [
+            AttentionVariant::Rows,
+            AttentionVariant::Tiled,
+            AttentionVariant::Blocks,
+        ] {
             let us = time(ctx, 8, |rec, _| {
                 record_attention_with(
                     rec,
