@@ -83,7 +83,11 @@ fn kernels() -> Vec<KernelDef> {
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));
     k.push(def("attention_f16_f32", "attention.comp", &[]));
     k.push(def("attention_rows_f16_f32", "attention_rows.comp", &[]));
-    k.push(def("attention_blocks_f16_f32", "attention_blocks.comp", &[]));
+    k.push(def(
+        "attention_blocks_f16_f32",
+        "attention_blocks.comp",
+        &[],
+    ));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));
     k.push(def("glu_gelu_f32", "glu.comp", &[("ACT_GELU_TANH", "1")]));
     for (name, d) in [

@@ -12,7 +12,11 @@
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
-// Same bindings and push constants as matmul.comp; X needs 4-float alignment.
+// Same bindings and push constants as matmul.comp, and an epilogue that
+// folds in what matvec.comp folds after its dot products (p.flags 16: rows
+// alternate gate, up and D[token, (row_offset + row) / 2] = act(gate) * up,
+// 32: GELU-tanh, else SiLU; 64: llama.cpp's adjacent-pair rope on rows below
+// p.rope_rows at each token's position). X needs 4-float alignment.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -55,11 +59,19 @@ layout(push_constant) uniform Params {
     uint ld_d;        // stride between tokens of D, floats
     uint x_offset;    // float index of X[0, 0] (multiple of 4)
     uint d_offset;    // float index of D[0, 0]
-    uint flags;       // 1: D += result, 2: add bias[row_offset + row]
+    uint flags;       // 1: D += result, 2: add bias[row_offset + row], see above
+    uint rope_rows;   // output rows rotated (q and k heads)
+    uint head_dim;
+    uint n_rot;
+    float attn_factor;
 } p;
+
+layout(binding = 4) readonly buffer P { int data_pos[]; };
+layout(binding = 5) readonly buffer F { float inv_freq[]; };
 
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
+#include "common/act.glsl"
 
 shared float16_t sa[BM * SA];
 shared float16_t sx[BN * SA];
@@ -128,6 +140,43 @@ void store_step(uint tid) {
     }
 }
 
+// Stores the result v of (row, token t): with the rope or the gated
+// activation, the even row's invocation pairs it with its neighbour's odd
+// row (`partner`, the value of row ^ 1, from the adjacent invocation).
+void store_out(uint row, uint t, float v, float partner) {
+    const uint o = p.d_offset + t * p.ld_d;
+    if ((p.flags & (16u | 64u)) == 0u) {
+        store_linear(o + p.row_offset + row, row, v);
+        return;
+    }
+    const bool even = (row & 1u) == 0u;
+    float a = with_bias(row, v);
+    float b = with_bias(row ^ 1u, partner);
+    if ((p.flags & 64u) != 0u) {
+        const uint orow = p.row_offset + (row & ~1u);
+        const uint i = orow % p.head_dim;
+        if (orow < p.rope_rows && i < p.n_rot) {
+            const float theta = float(data_pos[t]) * inv_freq[i / 2u];
+            const float c = cos(theta) * p.attn_factor;
+            const float s = sin(theta) * p.attn_factor;
+            const float x0 = even ? a : b;
+            const float x1 = even ? b : a;
+            const float r0 = x0 * c - x1 * s;
+            const float r1 = x0 * s + x1 * c;
+            a = even ? r0 : r1;
+        }
+        if ((p.flags & 16u) == 0u) {
+            store_result(o + p.row_offset + row, a);
+            return;
+        }
+    }
+    if (even) {
+        const float g = a;
+        const float act = (p.flags & 32u) != 0u ? act_gelu_tanh(g) : act_silu(g);
+        data_d[o + (p.row_offset + row) / 2u] = act * b;
+    }
+}
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint row0 = gl_WorkGroupID.x * BM;
@@ -191,9 +240,11 @@ void main() {
                     const uint r = sg_row + 16u * i + e % 16u;
                     const uint t = sg_tok + 16u * j + e / 16u;
                     const uint row = row0 + r;
+                    // rows r and r ^ 1 of a token are elements e and e ^ 1
+                    const float v = sc[base + e];
+                    const float partner = sc[base + (e ^ 1u)];
                     if (row < p.m && tok0 + t < p.n) {
-                        const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
-                        store_linear(o, row, sc[base + e]);
+                        store_out(row, tok0 + t, v, partner);
                     }
                 }
                 subgroupBarrier();
@@ -212,15 +263,16 @@ void main() {
         barrier();
         for (uint e = tid; e < BM * BN; e += WGS) {
             float v = 0.0;
+            float partner = 0.0;
             [[unroll]] for (uint g = 0u; g < WK; g++) {
                 v += sc[g * BM * BN + e];
+                partner += sc[g * BM * BN + (e ^ 1u)];
             }
             const uint r = e % BM;
             const uint t = e / BM;
             const uint row = row0 + r;
             if (row < p.m && tok0 + t < p.n) {
-                const uint o = p.d_offset + (tok0 + t) * p.ld_d + p.row_offset + row;
-                store_linear(o, row, v);
+                store_out(row, tok0 + t, v, partner);
             }
         }
     }

@@ -15,8 +15,9 @@ use combs::ops::attention::{
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
-    CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput, linear_ref,
-    record_linear_tiled, record_linear_with, record_matvec, record_matvec_tokens,
+    CoopEpilogue, CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput,
+    linear_ref, record_linear_coop_folded, record_linear_tiled, record_linear_with, record_matvec,
+    record_matvec_tokens,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
@@ -420,6 +421,122 @@ fn check_matvec_folded_n(
     }
 }
 
+/// The cooperative-matrix kernel with the gated activation or the rope
+/// folded into its stores (each tiling's epilogue), against the CPU chain.
+/// Runs where the device has cooperative matrices.
+#[test]
+fn coop_epilogue_matches_ref() {
+    let ctx = gpu();
+    if !LinearVariant::coop_available(&ctx) {
+        eprintln!("no cooperative matrices on this device: skipped");
+        return;
+    }
+    let mut rng = Rng::fresh("coop_epilogue");
+    let (hd, n_rot, cols) = (64, 48, 512);
+    let rows = 6 * hd; // 4 rotated heads (q, k), 2 value heads
+    for tile in [
+        CoopTile::SKINNY,
+        CoopTile::SKINNY_WIDE,
+        CoopTile::MID,
+        CoopTile::BIG,
+    ] {
+        for (t, n) in [
+            (QuantType::Q4_0, 7),
+            (QuantType::Q4K, 40),
+            (QuantType::Q8_0, 133),
+        ] {
+            let bytes = random_weight(&mut rng, t, rows * cols);
+            let mut up = Uploader::new(&ctx).expect("staging");
+            let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+                .expect("upload");
+            up.flush().expect("flush");
+            let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+            let x = rng.normals(n * cols, 1.0);
+            let b = rng.normals(rows, 0.5);
+            let pos: Vec<i32> = (0..n).map(|_| rng.below(3000) as i32).collect();
+            let f = inv_freq(n_rot, 10000.0, &RopeScaling::None);
+            let (xb, bb, fb) = (
+                device_f32(&ctx, &x),
+                device_f32(&ctx, &b),
+                device_f32(&ctx, &f),
+            );
+            let pb = host_i32(&ctx, &pos);
+            let mut y = linear_ref(&wf, rows, cols, &x, n);
+            for tk in 0..n {
+                y[tk * rows..(tk + 1) * rows]
+                    .iter_mut()
+                    .zip(&b)
+                    .for_each(|(a, b)| *a += b);
+            }
+            // the gated activation over interleaved pairs
+            let out = readback(&ctx, n * rows / 2);
+            run(&ctx, |rec| {
+                record_linear_coop_folded(
+                    rec,
+                    Some(tile),
+                    &w,
+                    Some(&bb),
+                    View::new(&xb, cols),
+                    n,
+                    View::new(&out, rows / 2),
+                    CoopEpilogue {
+                        glu: Some(Activation::Silu),
+                        rope: None,
+                    },
+                )
+                .expect("record");
+            });
+            let want: Vec<f32> = y
+                .chunks(2)
+                .map(|p| act_ref(Activation::Silu, p[0]) * p[1])
+                .collect();
+            let e = rel_err(&read(&out, n * rows / 2), &want);
+            assert!(e < 3e-3, "{tile:?} {t} n={n} glu: {e}");
+            // the rope of the first 4 heads
+            let out = readback(&ctx, n * rows);
+            run(&ctx, |rec| {
+                record_linear_coop_folded(
+                    rec,
+                    Some(tile),
+                    &w,
+                    Some(&bb),
+                    View::new(&xb, cols),
+                    n,
+                    View::new(&out, rows),
+                    CoopEpilogue {
+                        glu: None,
+                        rope: Some(MatvecRope {
+                            rows: 4 * hd,
+                            head_dim: hd,
+                            n_rot,
+                            positions: &pb,
+                            inv_freq: &fb,
+                            attn_factor: 0.9,
+                        }),
+                    },
+                )
+                .expect("record");
+            });
+            let mut want = y.clone();
+            for (tk, &p) in pos.iter().enumerate() {
+                for h in 0..4 {
+                    let at = tk * rows + h * hd;
+                    rope_ref(
+                        &mut want[at..at + hd],
+                        p,
+                        &f,
+                        n_rot,
+                        RopeStyle::Normal,
+                        0.9,
+                    );
+                }
+            }
+            let e = rel_err(&read(&out, n * rows), &want);
+            assert!(e < 3e-3, "{tile:?} {t} n={n} rope: {e}");
+        }
+    }
+}
+
 /// Batched decode's matvec over a few tokens with the norm and the gated
 /// activation folded in (each workgroup one token's share of rows).
 #[test]
@@ -430,7 +547,17 @@ fn matvec_folded_several_tokens_match_ref() {
         (QuantType::Q8_0, mv(8, 4, 2, 2, 128, false)),
         (QuantType::Q6K, None),
     ] {
-        check_matvec_folded_n(t, 70, 512, 3, Some(NormFlavor::Plain), None, true, true, shape);
+        check_matvec_folded_n(
+            t,
+            70,
+            512,
+            3,
+            Some(NormFlavor::Plain),
+            None,
+            true,
+            true,
+            shape,
+        );
         check_matvec_folded_n(
             t,
             134,
@@ -1234,7 +1361,11 @@ fn attention_blocks_across_sequences_match_rows() {
     let kb = device_f32(&ctx, &rng.normals(n_all * width, 1.0));
     let vb = device_f32(&ctx, &rng.normals(n_all * width, 1.0));
     let qb = device_f32(&ctx, &rng.normals(nt * qw, 1.0));
-    let (tb, pb, bb) = (host_i32(&ctx, &table), host_i32(&ctx, &pos), host_i32(&ctx, &base));
+    let (tb, pb, bb) = (
+        host_i32(&ctx, &table),
+        host_i32(&ctx, &pos),
+        host_i32(&ctx, &base),
+    );
     let (npb, nbb) = (host_i32(&ctx, &new_pos), host_i32(&ctx, &new_base));
     let at_all = CacheAddressing {
         positions: &pb,

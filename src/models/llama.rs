@@ -23,8 +23,8 @@ use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::{Activation, record_glu, record_glu_interleaved};
 use crate::ops::linear::{
-    Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, record_linear_with,
-    record_matvec_tokens,
+    CoopEpilogue, Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput,
+    record_linear_coop_folded, record_linear_with, record_matvec_tokens,
 };
 use crate::ops::rms_norm::{record_rms_norm, record_rms_norm_heads};
 use crate::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope};
@@ -363,7 +363,7 @@ impl LlamaModel {
                 // per-head norm must come between.
                 let rope = (sp.rope_style == RopeStyle::Normal
                     && b.q_norm.is_none()
-                    && self.folds(rec, n, xa.x, false))
+                    && self.folds_after(rec, n, xa.x))
                 .then(|| MatvecRope {
                     rows: sp.n_q() + sp.n_kv(),
                     head_dim: hd,
@@ -488,6 +488,13 @@ impl LlamaModel {
             && (!norm || self.numerics == Numerics::Exact)
     }
 
+    /// Whether the linear layers reading `x` for `n` tokens can fold a rope
+    /// or a gated activation into their stores: the matvec, and the
+    /// cooperative-matrix kernel of longer batches.
+    fn folds_after(&self, rec: &Recording, n: usize, x: View<'_>) -> bool {
+        self.folds(rec, n, x, false) || self.linear_variant(rec, n, x) == LinearVariant::Coop
+    }
+
     /// The input of the linear layers after an RMS norm with `weight` of the
     /// residual stream: the stream itself with the norm to fold into their
     /// matvecs, or the norm recorded into `s.xn`.
@@ -557,6 +564,20 @@ impl LlamaModel {
         glu: Option<Activation>,
         rope: Option<MatvecRope<'_>>,
     ) -> Result<bool> {
+        let coop = self.linear_variant(rec, n, input.x) == LinearVariant::Coop;
+        if input.norm.is_none() && coop && (rope.is_some() || glu.is_some()) {
+            record_linear_coop_folded(
+                rec,
+                None,
+                &w.weight,
+                w.bias.as_ref(),
+                input.x,
+                n,
+                out,
+                CoopEpilogue { glu, rope },
+            )?;
+            return Ok(true);
+        }
         if input.norm.is_some()
             || rope.is_some()
             || (glu.is_some() && self.folds(rec, n, input.x, false))

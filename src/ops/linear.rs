@@ -74,10 +74,19 @@ pub struct MatmulParams {
     pub x_offset: u32,
     /// Float index of D[0, 0].
     pub d_offset: u32,
-    /// 1: accumulate, 2: bias.
+    /// 1: accumulate, 2: bias; `matmul_coop.comp` also 16: gated pairs of
+    /// rows, 32: GELU-tanh gate, 64: rope.
     pub flags: u32,
+    /// Output rows the folded rope rotates (`matmul_coop.comp`).
+    pub rope_rows: u32,
+    /// Floats per head of the folded rope.
+    pub head_dim: u32,
+    /// Rotated dimensions per head.
+    pub n_rot: u32,
+    /// Multiplier of the rope's cos and sin.
+    pub attn_factor: f32,
 }
-const _: () = assert!(std::mem::size_of::<MatmulParams>() == 40);
+const _: () = assert!(std::mem::size_of::<MatmulParams>() == 56);
 
 const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_BIAS: u32 = 2;
@@ -524,6 +533,85 @@ pub fn record_linear_tiled(
     out: View<'_>,
     accumulate: bool,
 ) -> Result<()> {
+    record_linear_inner(
+        rec,
+        variant,
+        coop_tile,
+        w,
+        bias,
+        x,
+        n,
+        out,
+        accumulate,
+        CoopEpilogue::default(),
+    )
+}
+
+/// What the cooperative-matrix kernel folds into its stores, as the
+/// single-token matvec does: a gated activation over interleaved gate/up
+/// rows, or the rope of the first rows.
+#[derive(Clone, Copy, Default)]
+pub struct CoopEpilogue<'a> {
+    /// The weight's rows alternate gate, up: `out[t, i] = act(gate_i) * up_i`.
+    pub glu: Option<Activation>,
+    /// Rotate the first output rows at each token's position.
+    pub rope: Option<MatvecRope<'a>>,
+}
+
+/// Records `out = W x (+ bias)` for `n` tokens with the cooperative-matrix
+/// kernel (`tile`, or the one combs picks) and the folded steps of `epilogue`.
+///
+/// # Errors
+/// No cooperative matrices on this device, unaligned rows of `x`, an odd
+/// gated weight or a chunk splitting a pair of rows, or a value beyond 32 bits.
+#[allow(clippy::too_many_arguments)]
+pub fn record_linear_coop_folded(
+    rec: &mut Recording,
+    tile: Option<CoopTile>,
+    w: &QuantWeight,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    n: usize,
+    out: View<'_>,
+    epilogue: CoopEpilogue<'_>,
+) -> Result<()> {
+    if (epilogue.glu.is_some() || epilogue.rope.is_some())
+        && (!w.rows().is_multiple_of(2)
+            || w.chunks().iter().any(|c| !c.row_start.is_multiple_of(2)))
+    {
+        return Err(ModelError::Internal(format!(
+            "paired rows of `{}` ({} rows) split by its chunks",
+            w.name(),
+            w.rows()
+        )));
+    }
+    record_linear_inner(
+        rec,
+        LinearVariant::Coop,
+        tile,
+        w,
+        bias,
+        x,
+        n,
+        out,
+        false,
+        epilogue,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_linear_inner(
+    rec: &mut Recording,
+    variant: LinearVariant,
+    coop_tile: Option<CoopTile>,
+    w: &QuantWeight,
+    bias: Option<&Arc<Buffer>>,
+    x: View<'_>,
+    n: usize,
+    out: View<'_>,
+    accumulate: bool,
+    epilogue: CoopEpilogue<'_>,
+) -> Result<()> {
     let k = w.cols();
     if !k.is_multiple_of(32) {
         return Err(ModelError::Shape {
@@ -545,8 +633,24 @@ pub fn record_linear_tiled(
             x.offset, x.ld
         )));
     }
-    let flags =
+    let folded = epilogue.glu.is_some() || epilogue.rope.is_some();
+    if folded && (variant != LinearVariant::Coop || accumulate) {
+        return Err(ModelError::Internal(format!(
+            "{variant:?} linear cannot fold a gate or rope (accumulate {accumulate})"
+        )));
+    }
+    let mut flags =
         if accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 };
+    if let Some(act) = epilogue.glu {
+        flags |= FLAG_GLU;
+        if act == Activation::GeluTanh {
+            flags |= FLAG_GELU;
+        }
+    }
+    if epilogue.rope.is_some() {
+        flags |= FLAG_ROPE;
+    }
+    let rope = epilogue.rope;
     let bias_buf = bias.unwrap_or(x.buf);
     for chunk in w.chunks() {
         let nb = chunk.n_rows * k / w.qtype().block_size();
@@ -555,6 +659,8 @@ pub fn record_linear_tiled(
             Binding::read(x.buf),
             Binding::write(out.buf),
             Binding::read(bias_buf),
+            Binding::read(rope.map_or(x.buf, |r| r.positions)),
+            Binding::read(rope.map_or(x.buf, |r| r.inv_freq)),
         ];
         let mm_params = |x_unit: usize| -> Result<MatmulParams> {
             Ok(MatmulParams {
@@ -568,6 +674,10 @@ pub fn record_linear_tiled(
                 x_offset: pc_u32("x_offset", x.offset / x_unit)?,
                 d_offset: pc_u32("d_offset", out.offset)?,
                 flags,
+                rope_rows: pc_u32("rope rows", rope.map_or(0, |r| r.rows))?,
+                head_dim: pc_u32("head_dim", rope.map_or(2, |r| r.head_dim))?,
+                n_rot: pc_u32("n_rot", rope.map_or(0, |r| r.n_rot))?,
+                attn_factor: rope.map_or(1.0, |r| r.attn_factor),
             })
         };
         match variant {

@@ -118,7 +118,12 @@ fn parse_shape(s: &str) -> Result<Option<MatvecShape>, CliError> {
     if s == "auto" {
         return Ok(None);
     }
-    let bad = || ModelError::invalid("--shapes", format!("`{s}` is not TPRxNR[xKS[xUN[xWG]]][s][n]"));
+    let bad = || {
+        ModelError::invalid(
+            "--shapes",
+            format!("`{s}` is not TPRxNR[xKS[xUN[xWG]]][s][n]"),
+        )
+    };
     let (s, narrow) = match s.strip_suffix('n') {
         Some(b) => (b, true),
         None => (s, false),
@@ -485,7 +490,8 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     let flop = 2.0 * (m.rows * m.cols * n) as f64;
                     let label = match (variant, tile) {
                         (LinearVariant::Coop, _) => {
-                            let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
+                            let c =
+                                tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
                             format!(
                                 "co{}x{}x{}x{}x{}x{}{} n={n}",
                                 c.wm,
