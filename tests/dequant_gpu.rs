@@ -122,7 +122,7 @@ fn dequant_tensor_larger_than_one_descriptor_matches_ref() {
     let ctx = gpu();
     let t = QuantType::Q8_0;
     let cols = 4096;
-    let device_row = cols / 32 * 36;
+    let device_row = combs::quant::device_bytes(t, cols / 32);
     let limit = (ctx.caps().max_binding_bytes(4) as usize).min(128 << 20);
     let rows = limit / device_row + 1;
     let mut rng = Rng::fresh("dequant_big");

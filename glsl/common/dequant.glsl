@@ -30,8 +30,12 @@ float dense_elem(uint i) {
 }
 #else
 
+// Scale k of block ib: the f16 scales of all blocks follow the quant planes,
+// two to a word.
 float a_scale(uint nb, uint ib, uint k) {
-    return uintBitsToFloat(data_a[nb * QWORDS + ib * SCALE_WORDS + k]);
+    const uint i = ib * N_SCALES + k;
+    const vec2 w = unpackHalf2x16(data_a[nb * QWORDS + (i >> 1)]);
+    return (i & 1u) == 0u ? w.x : w.y;
 }
 
 // The 6-bit scale and min of sub-block j (0..7) from a K-quant's 12-byte

@@ -4,10 +4,11 @@
 //
 //   plane 0 .. plane N-1 : `PLANE<i>_WORDS` words per block, block b's words at
 //                          plane_base(i, nb) + b * PLANE<i>_WORDS
-//   scale plane          : SCALE_WORDS f32 per block (f16 scales widened to f32)
+//   scale plane          : N_SCALES f16 per block, the block's scales as GGUF
+//                          stores them, packed two to a word
 //
-// so every plane is word-aligned and a block's quants can be read with wide
-// loads. Dense types (f32, f16, bf16) are flat: element i lives in word
+// so every quant plane is word-aligned and a block's quants can be read with
+// wide loads; the scales take no more bytes than in the file. Dense types (f32, f16, bf16) are flat: element i lives in word
 // i / ELEMS_PER_WORD.
 //
 // QK: weights per block. QWORDS: sum of the quant planes' words per block.
@@ -24,62 +25,62 @@
 #define QK 32
 #define PLANE0_WORDS 4   // qs: 32 nibbles
 #define QWORDS 4
-#define SCALE_WORDS 1    // d
+#define N_SCALES 1    // d
 #elif defined(DATA_A_Q4_1)
 #define QK 32
 #define PLANE0_WORDS 4   // qs
 #define QWORDS 4
-#define SCALE_WORDS 2    // d, m
+#define N_SCALES 2    // d, m
 #elif defined(DATA_A_Q5_0)
 #define QK 32
 #define PLANE0_WORDS 4   // qs: low 4 bits
 #define PLANE1_WORDS 1   // qh: 5th bits
 #define QWORDS 5
-#define SCALE_WORDS 1    // d
+#define N_SCALES 1    // d
 #elif defined(DATA_A_Q5_1)
 #define QK 32
 #define PLANE0_WORDS 4   // qs
 #define PLANE1_WORDS 1   // qh
 #define QWORDS 5
-#define SCALE_WORDS 2    // d, m
+#define N_SCALES 2    // d, m
 #elif defined(DATA_A_Q8_0)
 #define QK 32
 #define PLANE0_WORDS 8   // qs: 32 int8
 #define QWORDS 8
-#define SCALE_WORDS 1    // d
+#define N_SCALES 1    // d
 #elif defined(DATA_A_Q2_K)
 #define QK 256
 #define PLANE0_WORDS 16  // qs: 256 x 2 bits
 #define PLANE1_WORDS 4   // scales: 16 bytes, low nibble scale, high nibble min
 #define QWORDS 20
-#define SCALE_WORDS 2    // d, dmin
+#define N_SCALES 2    // d, dmin
 #elif defined(DATA_A_Q3_K)
 #define QK 256
 #define PLANE0_WORDS 16  // qs: low 2 bits
 #define PLANE1_WORDS 8   // hmask: high bit
 #define PLANE2_WORDS 3   // scales: 12 bytes of packed 6-bit scales
 #define QWORDS 27
-#define SCALE_WORDS 1    // d
+#define N_SCALES 1    // d
 #elif defined(DATA_A_Q4_K)
 #define QK 256
 #define PLANE0_WORDS 32  // qs
 #define PLANE1_WORDS 3   // scales: 12 bytes of packed 6-bit scales and mins
 #define QWORDS 35
-#define SCALE_WORDS 2    // d, dmin
+#define N_SCALES 2    // d, dmin
 #elif defined(DATA_A_Q5_K)
 #define QK 256
 #define PLANE0_WORDS 32  // qs: low 4 bits
 #define PLANE1_WORDS 8   // qh: 5th bits
 #define PLANE2_WORDS 3   // scales
 #define QWORDS 43
-#define SCALE_WORDS 2    // d, dmin
+#define N_SCALES 2    // d, dmin
 #elif defined(DATA_A_Q6_K)
 #define QK 256
 #define PLANE0_WORDS 32  // ql: low 4 bits
 #define PLANE1_WORDS 16  // qh: high 2 bits
 #define PLANE2_WORDS 4   // scales: 16 int8
 #define QWORDS 52
-#define SCALE_WORDS 1    // d
+#define N_SCALES 1    // d
 #else
 #error "no DATA_A_* weight type defined"
 #endif

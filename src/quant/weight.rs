@@ -64,18 +64,6 @@ fn fill_plane(src: &[u8], block_bytes: usize, plane: &Plane, pos: u64, out: &mut
     }
 }
 
-/// Writes the f32 scales stream from byte `pos` on (always a multiple of 4).
-fn fill_scales(src: &[u8], block_bytes: usize, scales: &[usize], pos: u64, out: &mut [u8]) {
-    let n = scales.len();
-    for (k, dst) in out.chunks_exact_mut(4).enumerate() {
-        let slot = pos as usize / 4 + k;
-        let (blk, s) = (slot / n, slot % n);
-        let off = blk * block_bytes + scales[s];
-        let v = half::f16::from_le_bytes([src[off], src[off + 1]]).to_f32();
-        dst.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
 impl QuantWeight {
     /// Uploads a `[rows, cols]` tensor of `qtype` from its GGUF bytes.
     ///
@@ -203,9 +191,9 @@ impl QuantWeight {
                         })?;
                     }
                     let base = layout.plane_offset(layout.planes.len(), nb) as u64;
-                    let len = (nb * 4 * layout.scales.len()) as u64;
-                    up.upload_with(&buffer, base, len, |pos, out| {
-                        fill_scales(src, bb, layout.scales, pos, out)
+                    let sp = layout.scale_plane();
+                    up.upload_with(&buffer, base, (nb * sp.bytes) as u64, |pos, out| {
+                        fill_plane(src, bb, &sp, pos, out)
                     })?;
                 }
             }
