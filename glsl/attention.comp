@@ -28,6 +28,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32;
 layout(constant_id = 2) const uint DS = 4;     // invocations per key group (power of two <= SUBGROUP)
 layout(constant_id = 3) const uint DPL = 16;   // head_dim / DS (even): dims per invocation
+layout(constant_id = 4) const uint UK = 2;     // keys per key group and iteration
 
 layout(binding = 0) readonly buffer Q { float data_q[]; };
 layout(binding = 1) buffer K { uint data_k[]; };
@@ -109,33 +110,51 @@ void main() {
     float m = -1.0 / 0.0;
     float l = 0.0;
     // Every invocation of a key group runs the same iterations (shuffles).
-    for (int j = lo + int(g); j <= pos; j += int(G)) {
-        const bool own = fused && j == pos;
-        const uint row = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + head_word;
-        float dot_ = 0.0;
-        [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-            const vec2 k = own
-                ? unpackHalf2x16(packHalf2x16(vec2(data_kn[kn + d0 + i], data_kn[kn + d0 + i + 1u])))
-                : unpackHalf2x16(data_k[row + i / 2u]);
-            dot_ += q[i] * k.x + q[i + 1u] * k.y;
+    // UK keys per iteration (j, j + G, ...): their loads are independent and
+    // go out together; keys past pos are read clamped and weighted 0.
+    for (int j0 = lo + int(g); j0 <= pos; j0 += int(G * UK)) {
+        float s[UK];
+        uint row[UK];
+        bool own[UK];
+        [[unroll]] for (uint u = 0u; u < UK; u++) {
+            const int j = j0 + int(u * G);
+            own[u] = fused && j == pos;
+            row[u] = kv_slot(base, min(j, pos), p.page_size, p.ring) * kv_row_words + head_word;
+            float dot_ = 0.0;
+            [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
+                const vec2 k = own[u]
+                    ? unpackHalf2x16(packHalf2x16(vec2(data_kn[kn + d0 + i], data_kn[kn + d0 + i + 1u])))
+                    : unpackHalf2x16(data_k[row[u] + i / 2u]);
+                dot_ += q[i] * k.x + q[i + 1u] * k.y;
+            }
+            [[unroll]] for (uint off = 1u; off < DS; off <<= 1) {
+                dot_ += subgroupShuffleXor(dot_, off);
+            }
+            float sc = dot_ * p.scale;
+            if (p.softcap > 0.0) {
+                sc = p.softcap * tanh(sc / p.softcap);
+            }
+            s[u] = j <= pos ? sc : -1.0 / 0.0;
         }
-        [[unroll]] for (uint off = 1u; off < DS; off <<= 1) {
-            dot_ += subgroupShuffleXor(dot_, off);
+        float m_new = m;
+        [[unroll]] for (uint u = 0u; u < UK; u++) {
+            m_new = max(m_new, s[u]);
         }
-        float s = dot_ * p.scale;
-        if (p.softcap > 0.0) {
-            s = p.softcap * tanh(s / p.softcap);
-        }
-        const float m_new = max(m, s);
         const float corr = exp(m - m_new);
-        const float w = exp(s - m_new);
-        l = l * corr + w;
-        [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-            const vec2 v = own
-                ? unpackHalf2x16(packHalf2x16(vec2(data_vn[vn + d0 + i], data_vn[vn + d0 + i + 1u])))
-                : unpackHalf2x16(data_v[row + i / 2u]);
-            acc[i] = acc[i] * corr + w * v.x;
-            acc[i + 1u] = acc[i + 1u] * corr + w * v.y;
+        l *= corr;
+        [[unroll]] for (uint i = 0u; i < DPL; i++) {
+            acc[i] *= corr;
+        }
+        [[unroll]] for (uint u = 0u; u < UK; u++) {
+            const float w = exp(s[u] - m_new);
+            l += w;
+            [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
+                const vec2 v = own[u]
+                    ? unpackHalf2x16(packHalf2x16(vec2(data_vn[vn + d0 + i], data_vn[vn + d0 + i + 1u])))
+                    : unpackHalf2x16(data_v[row[u] + i / 2u]);
+                acc[i] += w * v.x;
+                acc[i + 1u] += w * v.y;
+            }
         }
         m = m_new;
     }

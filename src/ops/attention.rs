@@ -103,6 +103,9 @@ pub const MAX_HEAD_DIM: usize = 256;
 const ATTN_WG: u32 = 64;
 /// Workgroup of the decode kernel (`attention.comp`).
 const DECODE_WG: u32 = 128;
+/// Keys each key group of the decode kernel loads per iteration: the
+/// loads of a group's keys are independent, one round trip for several.
+const DECODE_KEYS_IN_FLIGHT: u32 = 2;
 
 /// The kernel an attention call runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -460,6 +463,7 @@ fn record_attention_inner(
                     kernel_subgroup(&ctx),
                     ds,
                     (shape.head_dim / ds as usize) as u32,
+                    DECODE_KEYS_IN_FLIGHT,
                 ],
                 groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
             )
