@@ -64,6 +64,12 @@ pub struct KernelBenchArgs {
     /// variant; 0: none.
     #[arg(long, default_value_t = 0)]
     attention: usize,
+    /// Also time a decode step's matvecs as the model chains them (Q/K/V,
+    /// output, gate/up, down for this many layers, each its own weight, a
+    /// barrier between), against the same matvecs each chained with itself:
+    /// the cost of switching kernels between dispatches; 0: none.
+    #[arg(long, default_value_t = 0)]
+    chain: usize,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -380,6 +386,58 @@ fn attention_bench(
     Ok(())
 }
 
+/// The matvecs of `layers` layers of `cfg` chained as a decode step chains
+/// them, and each matrix alone repeated as often: microseconds per layer.
+fn chain_bench(
+    ctx: &Arc<GpuContext>,
+    cfg: &SynthConfig,
+    layers: usize,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let t = cfg.qtype;
+    let mats: Vec<Matrix> = matrices(cfg).into_iter().filter(|m| m.name != "head").collect();
+    let mut up = Uploader::new(ctx)?;
+    let mut weights: Vec<Vec<QuantWeight>> = Vec::new();
+    for (i, m) in mats.iter().enumerate() {
+        let mut v = Vec::new();
+        for l in 0..layers {
+            let bytes = random_weight_bytes(t, m.rows, m.cols, (100 * i + l) as u64);
+            v.push(QuantWeight::from_gguf_bytes(ctx, &mut up, m.name, t, m.rows, m.cols, &bytes)?);
+        }
+        weights.push(v);
+    }
+    up.flush()?;
+    let width = mats.iter().map(|m| m.rows.max(m.cols)).max().unwrap_or(1);
+    let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(width, 9)), "x")?;
+    let y = Buffer::new(ctx, (width * 4) as u64, MemoryKind::Device, "y")?;
+    let mv = |rec: &mut Recording, m: &Matrix, w: &QuantWeight| {
+        record_matvec(
+            rec,
+            w,
+            None,
+            View::new(&x, m.cols),
+            View::new(&y, m.rows),
+            false,
+            MatvecOptions::default(),
+        )
+    };
+    let n = mats.len();
+    let chained = time(ctx, layers * n, |rec, i| mv(rec, &mats[i % n], &weights[i % n][i / n]))?;
+    let mut alone = 0.0;
+    for (i, m) in mats.iter().enumerate() {
+        alone += time(ctx, layers, |rec, l| mv(rec, m, &weights[i][l]))?;
+    }
+    writeln!(
+        out,
+        "chain {} {}: {layers} layers of {n} matvecs: {:.1} us per layer chained, {:.1} us as the sum of each chained with itself",
+        cfg.arch,
+        t.name(),
+        chained * n as f64,
+        alone
+    )?;
+    Ok(())
+}
+
 /// Runs `combs kernel-bench`.
 pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let ctx = GpuContext::new(args.device)?;
@@ -407,6 +465,14 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     if args.attention > 0 {
         let cfg = SynthConfig::preset(&args.preset, QuantType::F16)?;
         attention_bench(&ctx, &cfg, args.attention, out)?;
+    }
+    if args.chain > 0 {
+        for qt in &args.qtypes {
+            let t = QuantType::from_name(qt).ok_or_else(|| {
+                ModelError::invalid("--type", format!("unknown weight type `{qt}`"))
+            })?;
+            chain_bench(&ctx, &SynthConfig::preset(&args.preset, t)?, args.chain, out)?;
+        }
     }
     if args.no_matrices {
         return Ok(());
