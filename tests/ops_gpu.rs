@@ -204,6 +204,7 @@ fn coop_tiles_match_ref() {
         CoopTile::SKINNY,
         CoopTile::MID,
         CoopTile::BIG,
+        CoopTile::BIG_HALF,
         CoopTile {
             wm: 2,
             wn: 1,
@@ -439,6 +440,7 @@ fn coop_epilogue_matches_ref() {
         CoopTile::SKINNY_WIDE,
         CoopTile::MID,
         CoopTile::BIG,
+        CoopTile::BIG_HALF,
     ] {
         for (t, n) in [
             (QuantType::Q4_0, 7),

@@ -301,6 +301,15 @@ impl CoopTile {
         tn: 2,
         bk: 64,
     };
+    /// 128 rows × 64 tokens with four subgroups of 64 × 32 each.
+    pub const BIG_HALF: CoopTile = CoopTile {
+        wm: 2,
+        wn: 2,
+        wk: 1,
+        tm: 4,
+        tn: 2,
+        bk: 64,
+    };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
         wm: 2,
@@ -354,7 +363,15 @@ impl CoopTile {
             };
         }
         if n > 64 && rows >= 4096 && cols >= 4096 && fits(&CoopTile::BIG) {
-            CoopTile::BIG
+            // 128-row tiles; 64 tokens wide where 128 would leave the GPU
+            // with fewer than two workgroups per SM (llama-8b's Q/K/V, output
+            // and down projections at 512 tokens: 128 to 192 workgroups).
+            let big = CoopTile::BIG;
+            if rows.div_ceil(big.bm()) * n.div_ceil(big.bn()) >= 264 {
+                big
+            } else {
+                CoopTile::BIG_HALF
+            }
         } else if rows >= 1024 {
             CoopTile::MID
         } else {
