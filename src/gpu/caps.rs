@@ -68,6 +68,9 @@ pub struct DeviceCaps {
     pub timestamp_period_ns: Option<f32>,
     /// Bytes of device-local memory in the largest device-local heap.
     pub device_local_bytes: u64,
+    /// Streaming multiprocessors (`VK_NV_shader_sm_builtins`); `None` where
+    /// the driver does not say.
+    pub sm_count: Option<u32>,
 }
 
 impl DeviceCaps {

@@ -165,6 +165,18 @@ fn read_caps(
         false
     };
 
+    // Multiprocessors, where the driver says (NVIDIA): tile choices count
+    // the waves of workgroups they make.
+    let sm_count = if has_ext(ash::nv::shader_sm_builtins::NAME) {
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let mut p = vk::PhysicalDeviceProperties2::default().push_next(&mut sm);
+        // SAFETY: the extension is present on this device; the chain lives on this frame.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p) };
+        (sm.shader_sm_count > 0).then_some(sm.shader_sm_count)
+    } else {
+        None
+    };
+
     let mut coop_mat_f16 = Vec::new();
     if has_ext(ash::khr::cooperative_matrix::NAME) {
         let loader = ash::khr::cooperative_matrix::Instance::new(entry, instance);
@@ -257,6 +269,7 @@ fn read_caps(
         coop_mat_f16,
         timestamp_period_ns,
         device_local_bytes,
+        sm_count,
     };
     (caps, exts)
 }

@@ -386,13 +386,15 @@ fn print_devices(devices: &[DeviceInfo], out: &mut dyn Write) -> Result<(), CliE
         )?;
         writeln!(
             out,
-            "  device-local memory {} ({} bytes), timestamps {}",
+            "  device-local memory {} ({} bytes), timestamps {}, multiprocessors {}",
             human(c.device_local_bytes),
             c.device_local_bytes,
             match c.timestamp_period_ns {
                 Some(p) => format!("{p} ns/tick"),
                 None => "no".into(),
-            }
+            },
+            c.sm_count
+                .map_or_else(|| "not reported".to_string(), |n| n.to_string())
         )?;
         match &d.unusable {
             None => writeln!(out, "  usable: yes")?,
