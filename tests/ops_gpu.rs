@@ -523,14 +523,7 @@ fn coop_epilogue_matches_ref() {
             for (tk, &p) in pos.iter().enumerate() {
                 for h in 0..4 {
                     let at = tk * rows + h * hd;
-                    rope_ref(
-                        &mut want[at..at + hd],
-                        p,
-                        &f,
-                        n_rot,
-                        RopeStyle::Normal,
-                        0.9,
-                    );
+                    rope_ref(&mut want[at..at + hd], p, &f, n_rot, RopeStyle::Normal, 0.9);
                 }
             }
             let e = rel_err(&read(&out, n * rows), &want);

@@ -395,14 +395,19 @@ fn chain_bench(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let t = cfg.qtype;
-    let mats: Vec<Matrix> = matrices(cfg).into_iter().filter(|m| m.name != "head").collect();
+    let mats: Vec<Matrix> = matrices(cfg)
+        .into_iter()
+        .filter(|m| m.name != "head")
+        .collect();
     let mut up = Uploader::new(ctx)?;
     let mut weights: Vec<Vec<QuantWeight>> = Vec::new();
     for (i, m) in mats.iter().enumerate() {
         let mut v = Vec::new();
         for l in 0..layers {
             let bytes = random_weight_bytes(t, m.rows, m.cols, (100 * i + l) as u64);
-            v.push(QuantWeight::from_gguf_bytes(ctx, &mut up, m.name, t, m.rows, m.cols, &bytes)?);
+            v.push(QuantWeight::from_gguf_bytes(
+                ctx, &mut up, m.name, t, m.rows, m.cols, &bytes,
+            )?);
         }
         weights.push(v);
     }
@@ -422,7 +427,9 @@ fn chain_bench(
         )
     };
     let n = mats.len();
-    let chained = time(ctx, layers * n, |rec, i| mv(rec, &mats[i % n], &weights[i % n][i / n]))?;
+    let chained = time(ctx, layers * n, |rec, i| {
+        mv(rec, &mats[i % n], &weights[i % n][i / n])
+    })?;
     let mut alone = 0.0;
     for (i, m) in mats.iter().enumerate() {
         alone += time(ctx, layers, |rec, l| mv(rec, m, &weights[i][l]))?;
@@ -471,7 +478,12 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             let t = QuantType::from_name(qt).ok_or_else(|| {
                 ModelError::invalid("--type", format!("unknown weight type `{qt}`"))
             })?;
-            chain_bench(&ctx, &SynthConfig::preset(&args.preset, t)?, args.chain, out)?;
+            chain_bench(
+                &ctx,
+                &SynthConfig::preset(&args.preset, t)?,
+                args.chain,
+                out,
+            )?;
         }
     }
     if args.no_matrices {
