@@ -296,18 +296,8 @@ pub fn record_store_and_attention(
         AttentionVariant::choose(rec.context(), n_tokens, shape)
     };
     if one_per_sequence && variant == AttentionVariant::Tiled {
-        return record_attention_inner(
-            rec,
-            variant,
-            q,
-            o,
-            n_tokens,
-            shape,
-            k_cache,
-            v_cache,
-            at,
-            opts,
-            Some(new),
+        return record_decode_attention_storing(
+            rec, q, new, o, n_tokens, shape, k_cache, v_cache, at, opts,
         );
     }
     let width = shape.n_head_kv * shape.head_dim;
