@@ -204,7 +204,15 @@ fn coop_tiles_match_ref() {
         CoopTile::SKINNY,
         CoopTile::MID,
         CoopTile::BIG,
-        CoopTile::BIG_HALF,
+        // 128 rows × 64 tokens, four subgroups of 64 × 32
+        CoopTile {
+            wm: 2,
+            wn: 2,
+            wk: 1,
+            tm: 4,
+            tn: 2,
+            bk: 64,
+        },
         CoopTile {
             wm: 2,
             wn: 1,
@@ -440,7 +448,15 @@ fn coop_epilogue_matches_ref() {
         CoopTile::SKINNY_WIDE,
         CoopTile::MID,
         CoopTile::BIG,
-        CoopTile::BIG_HALF,
+        // 128 rows × 64 tokens, four subgroups of 64 × 32
+        CoopTile {
+            wm: 2,
+            wn: 2,
+            wk: 1,
+            tm: 4,
+            tn: 2,
+            bk: 64,
+        },
     ] {
         for (t, n) in [
             (QuantType::Q4_0, 7),

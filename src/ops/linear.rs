@@ -133,14 +133,12 @@ fn rows_tiling(n: usize) -> (usize, usize) {
 /// rule's figure first): x staged in shared memory wins almost everywhere
 /// (smollm2-135m q4_0 down 576×1536: 7.5 → 6.3; llama-1b q4_0 out
 /// 2048×2048: 9.8 → 7.4); matrices of 16384+ rows take workgroups of 256
-/// with 4 rows per group (llama-1b gate/up 16384×2048: 21.6 → 14.8,
-/// llama-8b 28672×4096: 44.5 → 37.6, the 128256×2048 head 104.7 → 74.3);
-/// 4096+ rows of 128+ units take two units in flight (llama-8b q4_0 out
-/// 4096×4096: 18.2 → 11.1); long rows (down projections, whose x was too
-/// large to stage then) take 64 invocations and two units in flight
-/// (llama-8b q4_0 down 4096×14336: 44.5 → 35.7, llama-1b 2048×8192:
-/// 21.8 → 17.9). Other subgroup sizes keep the layouts measured before:
-/// one row group of min(sg, 32) invocations with 1, 2 or 4 rows.
+/// (llama-1b gate/up 16384×2048: 21.6 → 14.3, llama-8b 28672×4096:
+/// 44.5 → 37.6); 4096+ rows of 128+ units take two units in flight
+/// (llama-8b q4_0 out 4096×4096: 18.2 → 11.1); long rows (down
+/// projections) stage x in chunks, per the branches below. Other subgroup
+/// sizes keep the layouts measured before: one row group of min(sg, 32)
+/// invocations with 1, 2 or 4 rows.
 fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecShape {
     let s = |tpr, nr| MatvecShape::new(tpr, nr);
     if sg <= 1 {
@@ -303,15 +301,6 @@ impl CoopTile {
         tn: 2,
         bk: 64,
     };
-    /// 128 rows × 64 tokens with four subgroups of 64 × 32 each.
-    pub const BIG_HALF: CoopTile = CoopTile {
-        wm: 2,
-        wn: 2,
-        wk: 1,
-        tm: 4,
-        tn: 2,
-        bk: 64,
-    };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
         wm: 2,
@@ -352,9 +341,10 @@ impl CoopTile {
         2 * sa * (self.bm() + self.bn()) + 4 * self.staging_floats() as usize
     }
 
-    /// The tile for `rows` × `n` tokens: big tiles where they still give the
-    /// GPU a few workgroups per SM, the 64 × 64 one otherwise, and a K-split
-    /// 16 × 16 one for batched decode.
+    /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
+    /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
+    /// weights where its workgroups fill whole waves ([`full_waves`]), 64 × 64
+    /// for other weights of 1024+ rows, the 32-row tile for smaller ones.
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
         let fits = |t: &CoopTile| t.shared_bytes() <= ctx.caps().max_shared_memory as usize;
         if n <= 16 {

@@ -445,6 +445,26 @@ fn chain_bench(
     Ok(())
 }
 
+/// One row of the matrix table: µs per dispatch and GB/s or TFLOP/s.
+fn print_row(
+    out: &mut dyn Write,
+    m: &Matrix,
+    t: QuantType,
+    label: &str,
+    us: f64,
+    rate: f64,
+) -> Result<(), CliError> {
+    writeln!(
+        out,
+        "{:8} {:6} {:>5}x{:<5} {label:>18} {us:9.2} {rate:9.1}",
+        m.name,
+        t.name(),
+        m.rows,
+        m.cols,
+    )?;
+    Ok(())
+}
+
 /// Runs `combs kernel-bench`.
 pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let ctx = GpuContext::new(args.device)?;
@@ -524,20 +544,12 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     )
                 })?;
                 let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, t, m.rows, m.cols));
-                writeln!(
-                    out,
-                    "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
-                    m.name,
-                    t.name(),
-                    m.rows,
-                    m.cols,
-                    format!(
-                        "mv {}{}",
-                        shape_label(&s),
-                        if shape.is_none() { "*" } else { "" }
-                    ),
-                    bytes / us / 1e3
-                )?;
+                let label = format!(
+                    "mv {}{}",
+                    shape_label(&s),
+                    if shape.is_none() { "*" } else { "" }
+                );
+                print_row(out, &m, t, &label, us, bytes / us / 1e3)?;
             }
             // Prompts need the head for their last token only.
             for &n in args
@@ -583,16 +595,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         }
                         _ => format!("{variant:?} n={n}"),
                     };
-                    writeln!(
-                        out,
-                        "{:8} {:6} {:>5}x{:<5} {:>18} {us:9.2} {:9.1}",
-                        m.name,
-                        t.name(),
-                        m.rows,
-                        m.cols,
-                        label,
-                        flop / us / 1e6
-                    )?;
+                    print_row(out, &m, t, &label, us, flop / us / 1e6)?;
                 }
             }
         }
