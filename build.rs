@@ -70,6 +70,22 @@ fn kernels() -> Vec<KernelDef> {
                 &[(d, "1")],
             )
         });
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(
+                format!("matmul_skinny_{t}_f32"),
+                "matmul_skinny.comp",
+                &[(d, "1")],
+            )
+        });
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(
+                format!("matmul_skinny_{t}_f16"),
+                "matmul_skinny.comp",
+                &[(d, "1"), ("X_F16", "1")],
+            )
+        });
     }
     // Q4_K matvec over 32-column units (one sub-block per invocation):
     // half the registers for x of the 64-column units.
@@ -79,6 +95,11 @@ fn kernels() -> Vec<KernelDef> {
         &[("DATA_A_Q4_K", "1"), ("Q4K_UNIT32", "1")],
     ));
     k.push(def("rms_norm_f32", "rms_norm.comp", &[]));
+    k.push(def(
+        "rms_norm_f32_f16",
+        "rms_norm.comp",
+        &[("OUT_F16", "1")],
+    ));
     k.push(def("rope_f32", "rope.comp", &[]));
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));
     k.push(def("attention_f16_f32", "attention.comp", &[]));

@@ -6,7 +6,7 @@
 #   bench/kernel-sweep.sh [--combs BIN] [PRESET:TYPE ...]
 #
 # SHAPES (TPRxNR[xKS[xUN[xWG]]][s], comma-separated; `auto` = combs' own
-# choice), TOKENS and COOP_TILES (WMxWNxWKxTMxTNxBK) come from the
+# choice), TOKENS and COOP_TILES (WMxWNxWKxTMxTNxBK[s]) come from the
 # environment; the defaults sweep the layouts tried so far.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

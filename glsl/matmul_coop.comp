@@ -72,6 +72,7 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
+#include "common/coop_out.glsl"
 
 shared float16_t sa[BM * SA];
 shared float16_t sx[BN * SA];
@@ -137,43 +138,6 @@ void store_step(uint tid) {
             sx[base + 2u] = xreg[i].z;
             sx[base + 3u] = xreg[i].w;
         }
-    }
-}
-
-// Stores the result v of (row, token t): with the rope or the gated
-// activation, the even row's invocation pairs it with its neighbour's odd
-// row (`partner`, the value of row ^ 1, from the adjacent invocation).
-void store_out(uint row, uint t, float v, float partner) {
-    const uint o = p.d_offset + t * p.ld_d;
-    if ((p.flags & (16u | 64u)) == 0u) {
-        store_linear(o + p.row_offset + row, row, v);
-        return;
-    }
-    const bool even = (row & 1u) == 0u;
-    float a = with_bias(row, v);
-    float b = with_bias(row ^ 1u, partner);
-    if ((p.flags & 64u) != 0u) {
-        const uint orow = p.row_offset + (row & ~1u);
-        const uint i = orow % p.head_dim;
-        if (orow < p.rope_rows && i < p.n_rot) {
-            const float theta = float(data_pos[t]) * inv_freq[i / 2u];
-            const float c = cos(theta) * p.attn_factor;
-            const float s = sin(theta) * p.attn_factor;
-            const float x0 = even ? a : b;
-            const float x1 = even ? b : a;
-            const float r0 = x0 * c - x1 * s;
-            const float r1 = x0 * s + x1 * c;
-            a = even ? r0 : r1;
-        }
-        if ((p.flags & 16u) == 0u) {
-            store_result(o + p.row_offset + row, a);
-            return;
-        }
-    }
-    if (even) {
-        const float g = a;
-        const float act = (p.flags & 32u) != 0u ? act_gelu_tanh(g) : act_silu(g);
-        data_d[o + (p.row_offset + row) / 2u] = act * b;
     }
 }
 

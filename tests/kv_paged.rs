@@ -195,6 +195,137 @@ fn batched_decode_matches_sessions_alone() {
     runner.decode(&mut refs, &[1, 2, 3]).expect("batch of 3");
 }
 
+/// Gap between the two largest logits of a row.
+fn top_margin(l: &[f32]) -> f32 {
+    let best = argmax(l) as usize;
+    let second = l
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != best)
+        .fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
+    l[best] - second
+}
+
+/// Batches of more sequences than the matvec takes per dispatch (12, 16):
+/// on GPUs with cooperative matrices they run the skinny products on f16
+/// activations, which the norms and gates write directly. Each sequence's
+/// logits stay within [`ACROSS_SHAPES`] of it decoding alone, and its
+/// greedy token is the same wherever the top two logits are further apart
+/// than that.
+#[test]
+fn batches_past_the_matvec_match_sessions_alone() {
+    let mut rng = Rng::fresh("batched_decode_many");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    for count in [12usize, 16] {
+        let lens: Vec<usize> = (0..count).map(|_| 1 + rng.below(30)).collect();
+        let prompts: Vec<Vec<u32>> = lens.iter().map(|&n| tokens(&mut rng, n, n_vocab)).collect();
+        let mut alone: Vec<Session> = prompts
+            .iter()
+            .map(|p| {
+                let mut s = contiguous(&model, 64);
+                s.prefill(p).expect("prefill");
+                s
+            })
+            .collect();
+        let mut sessions: Vec<Session> = prompts.iter().map(|_| paged(&model, 64, 16, 0)).collect();
+        let mut runner = BatchRunner::new(model.clone());
+        {
+            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+            let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+            runner.prefill(&mut refs, &views).expect("batched prefill");
+        }
+        for step in 0..4 {
+            let next: Vec<u32> = alone.iter().map(|s| argmax(s.logits())).collect();
+            for (s, &t) in alone.iter_mut().zip(&next) {
+                s.decode(t).expect("decode");
+            }
+            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+            runner.decode(&mut refs, &next).expect("batched decode");
+            for (i, (b, a)) in sessions.iter().zip(&alone).enumerate() {
+                let d = rel_diff(b.logits(), a.logits());
+                assert!(
+                    d <= ACROSS_SHAPES,
+                    "{count} sequences, session {i} step {step}: differs by {d}"
+                );
+                let scale = a.logits().iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                if top_margin(a.logits()) > 2.0 * ACROSS_SHAPES * scale {
+                    assert_eq!(
+                        argmax(b.logits()),
+                        argmax(a.logits()),
+                        "{count} sequences, session {i} step {step}: greedy token"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Decode steps leave their logits in readback buffers the sessions read
+/// in place, alternating between buffers while sessions hold them. A
+/// session that sits out steps keeps its logits; when every buffer is
+/// held, the step copies logits into the sessions instead. Each stepped
+/// session matches the same tokens evaluated alone.
+#[test]
+fn lent_logits_survive_steps_of_other_sessions() {
+    let mut rng = Rng::fresh("lent_logits");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    let prompts: Vec<Vec<u32>> = (0..4).map(|_| tokens(&mut rng, 5, n_vocab)).collect();
+    let mut batched: Vec<Session> = prompts.iter().map(|_| paged(&model, 64, 16, 0)).collect();
+    let mut alone: Vec<Session> = prompts.iter().map(|_| contiguous(&model, 64)).collect();
+    for ((b, a), p) in batched.iter_mut().zip(&mut alone).zip(&prompts) {
+        b.prefill(p).expect("prefill");
+        a.prefill(p).expect("prefill");
+    }
+    let mut runner = BatchRunner::new(model.clone());
+    // Which sessions step together: the fourth step finds all three
+    // buffers held (by 0, by 3, by 1 and 2) and copies.
+    for (step, group) in [
+        vec![0, 1],
+        vec![2, 3],
+        vec![1, 2],
+        vec![1, 3],
+        vec![0, 1, 2, 3],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let before: Vec<Vec<f32>> = batched.iter().map(|s| s.logits().to_vec()).collect();
+        let next: Vec<u32> = group.iter().map(|&i| argmax(alone[i].logits())).collect();
+        for (&i, &t) in group.iter().zip(&next) {
+            alone[i].decode(t).expect("decode alone");
+        }
+        let mut refs: Vec<&mut Session> = batched
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| group.contains(i))
+            .map(|(_, s)| s)
+            .collect();
+        runner.decode(&mut refs, &next).expect("batched decode");
+        for (i, s) in batched.iter().enumerate() {
+            if group.contains(&i) {
+                let d = rel_diff(s.logits(), alone[i].logits());
+                assert!(d <= 1e-3, "step {step} session {i}: differs by {d}");
+            } else {
+                assert_eq!(
+                    s.logits(),
+                    &before[i][..],
+                    "step {step}: session {i} sat out and its logits changed"
+                );
+            }
+        }
+    }
+    // A fork reads the same logits, and keeps them when its parent steps.
+    let fork = batched[0].fork().expect("fork");
+    let kept = fork.logits().to_vec();
+    assert_eq!(kept, batched[0].logits());
+    let t = argmax(batched[0].logits());
+    let mut refs: Vec<&mut Session> = batched.iter_mut().take(2).collect();
+    runner.decode(&mut refs, &[t, t]).expect("step after fork");
+    assert_eq!(fork.logits(), &kept[..]);
+}
+
 #[test]
 fn forks_share_the_prompt_and_continue_on_their_own() {
     let mut rng = Rng::fresh("forks");

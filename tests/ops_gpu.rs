@@ -212,6 +212,7 @@ fn coop_tiles_match_ref() {
             tm: 4,
             tn: 2,
             bk: 64,
+            skinny: false,
         },
         CoopTile {
             wm: 2,
@@ -220,6 +221,27 @@ fn coop_tiles_match_ref() {
             tm: 1,
             tn: 1,
             bk: 32,
+            skinny: false,
+        },
+        // independent subgroups: 16 rows, K split eight ways
+        CoopTile {
+            wm: 1,
+            wn: 1,
+            wk: 8,
+            tm: 1,
+            tn: 1,
+            bk: 64,
+            skinny: true,
+        },
+        // 2 x 32 rows, K split two ways, 128-column chunks
+        CoopTile {
+            wm: 2,
+            wn: 1,
+            wk: 2,
+            tm: 2,
+            tn: 1,
+            bk: 128,
+            skinny: true,
         },
     ];
     for tile in tiles {
@@ -456,6 +478,16 @@ fn coop_epilogue_matches_ref() {
             tm: 4,
             tn: 2,
             bk: 64,
+            skinny: false,
+        },
+        CoopTile {
+            wm: 1,
+            wn: 1,
+            wk: 4,
+            tm: 4,
+            tn: 1,
+            bk: 64,
+            skinny: true,
         },
     ] {
         for (t, n) in [
@@ -845,7 +877,8 @@ fn rms_norm_heads_in_wide_rows_matches_ref() {
 fn rms_norm_f32_matches_ref() {
     let ctx = gpu();
     let mut rng = Rng::fresh("rms_norm");
-    for (rows, cols) in [(1, 576), (7, 1000), (3, 33)] {
+    // 5000 columns: past what the kernel keeps in registers
+    for (rows, cols) in [(1, 576), (7, 1000), (3, 33), (2, 5000)] {
         let x = rng.normals(rows * cols, 2.0);
         let w = rng.normals(cols, 1.0);
         let prev = rng.normals(rows * cols, 1.0);
@@ -1539,5 +1572,266 @@ fn linear_on_rounded_inputs_matches_ref() {
             let e = rel_err(&read(&out, n * rows), &want);
             assert!(e < 1e-5, "{t:?} {variant:?} on rounded inputs: {e}");
         }
+    }
+}
+
+/// f32 values rounded to f16, as bits and as the f32 they stand for.
+fn halves(v: &[f32]) -> (Vec<u16>, Vec<f32>) {
+    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    (
+        h.iter().map(|x| x.to_bits()).collect(),
+        h.iter().map(|x| x.to_f32()).collect(),
+    )
+}
+
+fn read_f16(b: &Arc<Buffer>, n: usize) -> Vec<f32> {
+    let mut v = vec![0u16; n];
+    b.read_slice(0, &mut v).expect("read");
+    v.into_iter().map(|h| f16::from_bits(h).to_f32()).collect()
+}
+
+/// The RMS norm's f16 output (the input of batched decode's products):
+/// each element the f32 result rounded once to f16.
+#[test]
+fn rms_norm_f16_output_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("rms_norm_f16");
+    for (rows, cols) in [(12, 576), (16, 1000), (3, 64)] {
+        let x = rng.normals(rows * cols, 3.0);
+        let w = rng.normals(cols, 1.0);
+        let xb = device_f32(&ctx, &x);
+        let wb = device_f32(&ctx, &w);
+        let out = readback(&ctx, rows * cols / 2 + 1);
+        run(&ctx, |rec| {
+            record_rms_norm(
+                rec,
+                View::new(&xb, cols),
+                Some(&wb),
+                NormFlavor::Plain,
+                View::new_f16(&out, cols),
+                rows,
+                cols,
+                1e-5,
+                false,
+            )
+            .expect("record");
+        });
+        let got = read_f16(&out, rows * cols);
+        for r in 0..rows {
+            let want = rms_norm_ref(
+                &x[r * cols..(r + 1) * cols],
+                Some(&w),
+                NormFlavor::Plain,
+                1e-5,
+            );
+            for (c, (&g, &v)) in got[r * cols..].iter().zip(&want).enumerate() {
+                // one rounding to f16 of a value within f32 error of the reference
+                let ulp = f16::from_f32(v).to_f32().abs().max(6.1e-5) / 1024.0;
+                assert!(
+                    (g - v).abs() <= ulp * 1.01,
+                    "row {r} col {c}: {g} against {v}"
+                );
+            }
+        }
+    }
+}
+
+/// Kernels that take f32 activations refuse f16 views instead of reading
+/// their bits as floats.
+#[test]
+fn f16_views_refused_where_f32_expected() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("f16_refused");
+    let (rows, cols, n) = (64, 256, 4);
+    let bytes = random_weight(&mut rng, QuantType::Q4_0, rows * cols);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", QuantType::Q4_0, rows, cols, &bytes)
+        .expect("upload");
+    up.flush().expect("flush");
+    let xb = device_f32(&ctx, &rng.normals(n * cols, 1.0));
+    let out = readback(&ctx, n * rows);
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    for variant in [
+        LinearVariant::Matvec,
+        LinearVariant::Rows,
+        LinearVariant::Tiled,
+    ] {
+        let r = record_linear_with(
+            &mut rec,
+            variant,
+            &w,
+            None,
+            View::new_f16(&xb, cols),
+            n,
+            View::new(&out, rows),
+            false,
+        );
+        assert!(r.is_err(), "{variant:?} took f16 activations");
+    }
+    let r = record_glu(
+        &mut rec,
+        Activation::Silu,
+        View::new_f16(&xb, cols),
+        View::new(&xb, cols),
+        View::new(&out, cols),
+        n,
+        cols,
+    );
+    assert!(r.is_err(), "glu took f16 activations");
+    let r = record_rms_norm(
+        &mut rec,
+        View::new(&xb, cols),
+        None,
+        NormFlavor::Plain,
+        View::new_f16(&out, cols),
+        n,
+        cols,
+        1e-5,
+        true,
+    );
+    assert!(r.is_err(), "rms_norm added into f16");
+}
+
+/// The skinny cooperative-matrix kernel with f16 activations loaded
+/// straight into its matrices, and its gated epilogue writing f16: against
+/// the reference on the f16-rounded inputs, for partial tiles of rows and
+/// 16-token blocks, bias and accumulation. Runs where the device has
+/// cooperative matrices.
+#[test]
+fn skinny_f16_activations_match_ref() {
+    let ctx = gpu();
+    if !LinearVariant::coop_available(&ctx) {
+        eprintln!("no cooperative matrices on this device: skipped");
+        return;
+    }
+    let mut rng = Rng::fresh("skinny_f16");
+    let tiles = [
+        CoopTile::STREAM,
+        CoopTile {
+            wm: 1,
+            wn: 1,
+            wk: 4,
+            tm: 4,
+            tn: 1,
+            bk: 64,
+            skinny: true,
+        },
+        CoopTile {
+            wm: 2,
+            wn: 1,
+            wk: 2,
+            tm: 2,
+            tn: 1,
+            bk: 128,
+            skinny: true,
+        },
+    ];
+    for tile in tiles {
+        for (t, rows, cols, n) in [
+            (QuantType::Q4_0, 333usize, 576usize, 9usize),
+            (QuantType::Q4K, 200, 512, 16),
+            (QuantType::Q8_0, 130, 768, 21),
+        ] {
+            let bytes = random_weight(&mut rng, t, rows * cols);
+            let mut up = Uploader::new(&ctx).expect("staging");
+            let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+                .expect("upload");
+            up.flush().expect("flush");
+            let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+            let (xh, xr) = halves(&rng.normals(n * cols, 1.0));
+            let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
+            let b = rng.normals(rows, 0.5);
+            let bb = device_f32(&ctx, &b);
+            let init = rng.normals(n * rows, 1.0);
+            let out = readback(&ctx, n * rows);
+            out.write_slice(0, &init).expect("init");
+            run(&ctx, |rec| {
+                record_linear_tiled(
+                    rec,
+                    LinearVariant::Coop,
+                    Some(tile),
+                    &w,
+                    Some(&bb),
+                    View::new_f16(&xb, cols),
+                    n,
+                    View::new(&out, rows),
+                    true,
+                )
+                .expect("record");
+            });
+            let y = linear_ref(&wf, rows, cols, &xr[..n * cols], n);
+            let want: Vec<f32> = (0..n * rows)
+                .map(|i| y[i] + b[i % rows] + init[i])
+                .collect();
+            let e = rel_err(&read(&out, n * rows), &want);
+            assert!(e < 2e-3, "{tile:?} {t} {rows}x{cols} n={n}: {e}");
+
+            // gated pairs of rows, out as f16 (inputs small enough that the
+            // products of pairs stay inside f16's range)
+            let (xh, xr) = halves(&rng.normals(n * cols, 0.05));
+            let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
+            let rows2 = rows & !1;
+            let out = readback(&ctx, n * rows2 / 4 + 1);
+            let w2 = QuantWeight::from_gguf_bytes(
+                &ctx,
+                &mut up,
+                "w2",
+                t,
+                rows2,
+                cols,
+                &bytes[..bytes.len() / rows * rows2],
+            )
+            .expect("upload");
+            up.flush().expect("flush");
+            run(&ctx, |rec| {
+                record_linear_coop_folded(
+                    rec,
+                    Some(tile),
+                    &w2,
+                    None,
+                    View::new_f16(&xb, cols),
+                    n,
+                    View::new_f16(&out, rows2 / 2),
+                    CoopEpilogue {
+                        glu: Some(Activation::Silu),
+                        rope: None,
+                    },
+                )
+                .expect("record");
+            });
+            let y = linear_ref(&wf[..rows2 * cols], rows2, cols, &xr[..n * cols], n);
+            let want: Vec<f32> = y
+                .chunks(2)
+                .map(|p| act_ref(Activation::Silu, p[0]) * p[1])
+                .collect();
+            let e = rel_err(&read_f16(&out, n * rows2 / 2), &want);
+            assert!(e < 3e-3, "{tile:?} {t} n={n} glu f16: {e}");
+        }
+    }
+    // rows that are not 4-element aligned are refused
+    let bytes = random_weight(&mut rng, QuantType::Q4_0, 64 * 256);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", QuantType::Q4_0, 64, 256, &bytes)
+        .expect("upload");
+    up.flush().expect("flush");
+    let small = readback(&ctx, 10 * 258);
+    let out = readback(&ctx, 10 * 64);
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    for x in [
+        View::new_f16(&small, 258),
+        View::new_f16(&small, 256).shift(2),
+    ] {
+        let r = record_linear_tiled(
+            &mut rec,
+            LinearVariant::Coop,
+            Some(CoopTile::STREAM),
+            &w,
+            None,
+            x,
+            10,
+            View::new(&out, 64),
+            false,
+        );
+        assert!(r.is_err(), "f16 rows at {} stride {} taken", x.offset, x.ld);
     }
 }

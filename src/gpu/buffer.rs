@@ -202,6 +202,23 @@ impl Buffer {
         self.read_bytes(offset, bytemuck::cast_slice_mut(out))
     }
 
+    /// The host-visible values at byte `offset`, read in place (no copy).
+    ///
+    /// # Errors
+    /// A device-local buffer, a range past the end, or an offset not aligned to `T`.
+    ///
+    /// # Safety
+    /// No GPU work may write these bytes while the slice lives.
+    pub unsafe fn host_slice<T: Pod>(&self, offset: u64, len: usize) -> Result<&[T]> {
+        let bytes = (len * std::mem::size_of::<T>()) as u64;
+        let ptr = self.checked_map(offset, bytes)?;
+        // SAFETY: the range lies inside the mapping, which lives as long as
+        // self; the caller keeps the GPU off it.
+        let raw = unsafe { std::slice::from_raw_parts(ptr.cast_const(), bytes as usize) };
+        bytemuck::try_cast_slice(raw)
+            .map_err(|e| ModelError::Internal(format!("host view at {offset}: {e}")))
+    }
+
     fn checked_map(&self, offset: u64, len: u64) -> Result<*mut u8> {
         let end = offset.checked_add(len);
         if end.is_none_or(|e| e > self.size) {

@@ -23,7 +23,7 @@ use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::{Activation, record_glu, record_glu_interleaved};
 use crate::ops::linear::{
-    CoopEpilogue, Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput,
+    CoopEpilogue, Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, f16_activations,
     record_linear_coop_folded, record_linear_with, record_matvec_tokens,
 };
 use crate::ops::rms_norm::{record_rms_norm, record_rms_norm_heads};
@@ -445,7 +445,7 @@ impl LlamaModel {
         self.residual(rec, &b.wo, attn, b.post_attn_norm.as_ref(), s, n)?;
 
         let xf = self.norm_input(rec, s, &b.ffn_norm, n)?;
-        let hidden = View::new(&s.hidden, sp.n_ff);
+        let mut hidden = View::new(&s.hidden, sp.n_ff);
         match &b.gate_up {
             GateUp::Separate { gate, up } => {
                 let (g, u) = (View::new(&s.gate, sp.n_ff), View::new(&s.up, s.ld_up));
@@ -465,6 +465,15 @@ impl LlamaModel {
                     n,
                     sp.n_ff,
                 )?;
+            }
+            GateUp::Interleaved(w) if self.f16_inputs(rec, n) => {
+                // The folded gate writes the down projection's f16 input.
+                hidden = View::new_f16(&s.hidden, sp.n_ff);
+                if !self.project(rec, s, w, xf, n, hidden, Some(sp.activation))? {
+                    return Err(ModelError::Internal(
+                        "gated f16 output not folded into its product".into(),
+                    ));
+                }
             }
             GateUp::Interleaved(w) => {
                 let gu = View::new(&s.up, s.ld_up);
@@ -495,6 +504,23 @@ impl LlamaModel {
         self.folds(rec, n, x, false) || self.linear_variant(rec, n, x) == LinearVariant::Coop
     }
 
+    /// Whether the products of `n` tokens take f16 activations
+    /// ([`f16_activations`]; exact numerics only, llama.cpp's round their
+    /// inputs their own way).
+    fn f16_inputs(&self, rec: &Recording, n: usize) -> bool {
+        self.numerics == Numerics::Exact && f16_activations(rec.context(), n)
+    }
+
+    /// Where a recorded norm of `n` tokens goes: `s.xn`, as f16 where the
+    /// products take it so.
+    fn norm_output<'a>(&self, rec: &Recording, s: &'a Scratch, n: usize) -> View<'a> {
+        if self.f16_inputs(rec, n) {
+            View::new_f16(&s.xn, self.spec.n_embd)
+        } else {
+            View::new(&s.xn, self.spec.n_embd)
+        }
+    }
+
     /// The input of the linear layers after an RMS norm with `weight` of the
     /// residual stream: the stream itself with the norm to fold into their
     /// matvecs, or the norm recorded into `s.xn`.
@@ -517,7 +543,7 @@ impl LlamaModel {
                 }),
             });
         }
-        let xn = View::new(&s.xn, sp.n_embd);
+        let xn = self.norm_output(rec, s, n);
         record_rms_norm(
             rec,
             x,
@@ -821,7 +847,7 @@ impl GenerativeModel for LlamaModel {
                 },
             )?;
         } else {
-            let xn = View::new(&s.xn, e);
+            let xn = self.norm_output(rec, s, n);
             record_rms_norm(
                 rec,
                 x,

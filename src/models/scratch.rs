@@ -9,6 +9,8 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind};
 
 /// Activation buffers and host-visible inputs/outputs of forward calls.
+/// Clones share the buffers.
+#[derive(Clone)]
 pub struct Scratch {
     /// Most tokens one call may carry.
     pub max_tokens: usize,

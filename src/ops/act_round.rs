@@ -137,6 +137,7 @@ pub fn record_act_round(
     n_tokens: usize,
     width: usize,
 ) -> Result<()> {
+    super::expect_f32("record_act_round", &[x, d])?;
     let Some(kernel) = mode.kernel() else {
         return Ok(());
     };

@@ -218,6 +218,7 @@ pub fn record_kv_store(
     cache: &Arc<Buffer>,
     at: CacheAddressing<'_>,
 ) -> Result<()> {
+    super::expect_f32("record_kv_store", &[src])?;
     if !width.is_multiple_of(2) {
         return Err(ModelError::invalid("kv width", format!("{width} is odd")));
     }
@@ -289,6 +290,7 @@ pub fn record_store_and_attention(
     opts: AttentionOptions,
     one_per_sequence: bool,
 ) -> Result<()> {
+    super::expect_f32("record_store_and_attention", &[q, o])?;
     let cpu = rec.context().caps().device_type == ash::vk::PhysicalDeviceType::CPU;
     let variant = if one_per_sequence && !cpu {
         AttentionVariant::Tiled
@@ -325,6 +327,7 @@ pub fn record_attention(
     at: CacheAddressing<'_>,
     opts: AttentionOptions,
 ) -> Result<()> {
+    super::expect_f32("record_attention", &[q, o])?;
     let variant = AttentionVariant::choose(rec.context(), n_tokens, shape);
     record_attention_with(
         rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts,
@@ -348,6 +351,7 @@ pub fn record_attention_with(
     at: CacheAddressing<'_>,
     opts: AttentionOptions,
 ) -> Result<()> {
+    super::expect_f32("record_attention_with", &[q, o])?;
     record_attention_inner(
         rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts, None,
     )
@@ -372,6 +376,7 @@ pub fn record_decode_attention_storing(
     at: CacheAddressing<'_>,
     opts: AttentionOptions,
 ) -> Result<()> {
+    super::expect_f32("record_decode_attention_storing", &[q, o])?;
     record_attention_inner(
         rec,
         AttentionVariant::Tiled,

@@ -48,6 +48,7 @@ pub fn record_get_rows(
     d: View<'_>,
     scale: f32,
 ) -> Result<()> {
+    super::expect_f32("record_get_rows", &[d])?;
     let k = table.cols();
     if !k.is_multiple_of(32) || !d.ld.is_multiple_of(4) || !d.offset.is_multiple_of(4) {
         return Err(ModelError::Shape {

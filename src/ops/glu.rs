@@ -54,6 +54,7 @@ pub fn record_glu(
     n_tokens: usize,
     width: usize,
 ) -> Result<()> {
+    super::expect_f32("record_glu", &[g, u, d])?;
     record_glu_step(rec, act, g, u, d, n_tokens, width, 1)
 }
 
@@ -71,6 +72,7 @@ pub fn record_glu_interleaved(
     n_tokens: usize,
     width: usize,
 ) -> Result<()> {
+    super::expect_f32("record_glu_interleaved", &[gu, d])?;
     record_glu_step(rec, act, gu, gu.shift(1), d, n_tokens, width, 2)
 }
 

@@ -95,6 +95,7 @@ const FLAG_NORM_ZERO_CENTRED: u32 = 8;
 const FLAG_GLU: u32 = 16;
 const FLAG_GELU: u32 = 32;
 const FLAG_ROPE: u32 = 64;
+const FLAG_OUT_F16: u32 = 128;
 const MATVEC_WG: u32 = 128;
 /// Most tokens [`LinearVariant::choose`] gives the matvec kernel on GPUs:
 /// batched decode of a few sequences reads each weight once through L2
@@ -253,9 +254,13 @@ impl MatvecShape {
 /// Bytes of shared memory `matvec.comp` may give to a staged x.
 const MATVEC_STAGE_BYTES: usize = 40 << 10;
 
-/// How `matmul_coop.comp` tiles a product: `wm × wn × wk` subgroups of 32,
-/// each multiplying `tm × tn` 16×16 matrices over `bk` columns per step;
-/// `wk` > 1 splits K inside the workgroup.
+/// How the cooperative-matrix kernels tile a product: `wm × wn × wk`
+/// subgroups of 32, each multiplying `tm × tn` 16×16 matrices over `bk`
+/// columns per step; `wk` > 1 splits K inside the workgroup. With `skinny`,
+/// `matmul_skinny.comp` runs it: each subgroup streams its own chunks of K
+/// without workgroup barriers (`wn` and `tn` are 1: 16 tokens per
+/// workgroup); otherwise `matmul_coop.comp`, whose subgroups step through
+/// K together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoopTile {
     /// Subgroups along the weight's rows.
@@ -270,6 +275,8 @@ pub struct CoopTile {
     pub tn: u32,
     /// Columns per subgroup and step (a multiple of 32).
     pub bk: u32,
+    /// Independent subgroups (`matmul_skinny.comp`).
+    pub skinny: bool,
 }
 
 impl CoopTile {
@@ -281,6 +288,7 @@ impl CoopTile {
         tm: 1,
         tn: 1,
         bk: 64,
+        skinny: false,
     };
     /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
     /// small ones at many.
@@ -291,6 +299,18 @@ impl CoopTile {
         tm: 1,
         tn: 1,
         bk: 64,
+        skinny: false,
+    };
+    /// 16 rows × 16 tokens per subgroup, eight subgroups along K, streamed
+    /// by each subgroup on its own (`matmul_skinny.comp`): batched decode.
+    pub const STREAM: CoopTile = CoopTile {
+        wm: 1,
+        wn: 1,
+        wk: 8,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+        skinny: true,
     };
     /// 64 × 64 with four subgroups.
     pub const MID: CoopTile = CoopTile {
@@ -300,6 +320,7 @@ impl CoopTile {
         tm: 2,
         tn: 2,
         bk: 64,
+        skinny: false,
     };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
@@ -309,6 +330,7 @@ impl CoopTile {
         tm: 4,
         tn: 2,
         bk: 64,
+        skinny: false,
     };
 
     /// Rows per tile.
@@ -328,7 +350,9 @@ impl CoopTile {
 
     /// Floats of the result staging area.
     fn staging_floats(&self) -> u32 {
-        if self.wk == 1 {
+        if self.skinny {
+            self.wm * self.tm * 256
+        } else if self.wk == 1 {
             256 * self.wm * self.wn
         } else {
             self.wk * (self.bm() * self.bn()) as u32
@@ -338,7 +362,30 @@ impl CoopTile {
     /// Shared memory bytes the kernel takes.
     pub fn shared_bytes(&self) -> usize {
         let sa = (self.wk * self.bk + 8) as usize;
-        2 * sa * (self.bm() + self.bn()) + 4 * self.staging_floats() as usize
+        let tiles = if self.skinny {
+            // Each subgroup's 16 rows and 16 tokens of one chunk.
+            let subgroups = (self.wm * self.wk) as usize;
+            2 * (self.bk as usize + 8) * subgroups * 32
+        } else {
+            2 * sa * (self.bm() + self.bn())
+        };
+        tiles + 4 * self.staging_floats() as usize
+    }
+
+    /// Whether the device can run the tile: its shared memory and invocations.
+    pub fn fits(&self, ctx: &GpuContext) -> bool {
+        let caps = ctx.caps();
+        self.shared_bytes() <= caps.max_shared_memory as usize
+            && self.invocations() <= caps.max_workgroup_invocations
+    }
+
+    /// The kernel family that runs this tile.
+    fn family(&self) -> &'static str {
+        if self.skinny {
+            "matmul_skinny"
+        } else {
+            "matmul_coop"
+        }
     }
 
     /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
@@ -346,7 +393,34 @@ impl CoopTile {
     /// weights where its workgroups fill whole waves ([`full_waves`]), 64 × 64
     /// for other weights of 1024+ rows, the 32-row tile for smaller ones.
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
-        let fits = |t: &CoopTile| t.shared_bytes() <= ctx.caps().max_shared_memory as usize;
+        let fits = |t: &CoopTile| t.fits(ctx);
+        if n <= SKINNY_MAX_TOKENS {
+            // Wide weights take four row tiles per subgroup, so each
+            // staged chunk of activations serves 64 rows; narrower ones
+            // keep one so that their few rows still fill the GPU. On the
+            // H200, llama-1b at 16 tokens (f16 activations): gate/up
+            // 16384×2048 29.6 µs with 4 tiles and 8 K-subgroups (38.8 with
+            // STREAM), head 128256×2048 176 µs with 4 and 4 (261), Q/K/V,
+            // output and down 13.6, 11.0, 30.7 µs with STREAM (every other
+            // layout tried slower).
+            let tile = if rows >= 65536 {
+                CoopTile {
+                    wk: 4,
+                    tm: 4,
+                    ..CoopTile::STREAM
+                }
+            } else if rows >= 16384 {
+                CoopTile {
+                    tm: 4,
+                    ..CoopTile::STREAM
+                }
+            } else {
+                CoopTile::STREAM
+            };
+            if fits(&tile) {
+                return tile;
+            }
+        }
         if n <= 16 {
             return if rows >= 16384 {
                 CoopTile::SKINNY_WIDE
@@ -365,31 +439,66 @@ impl CoopTile {
         }
     }
 
-    /// Specialization constants of `matmul_coop.comp`.
-    fn spec(&self) -> Result<[u32; 9]> {
-        let ok = self.wm * self.wn * self.wk <= 8
-            && self.wm > 0
+    /// Specialization constants of the tile's kernel.
+    fn spec(&self) -> Result<Vec<u32>> {
+        let base = self.wm > 0
             && self.wn > 0
             && self.wk > 0
             && (1..=4).contains(&self.tm)
             && (1..=4).contains(&self.tn)
             && self.bk > 0
             && self.bk.is_multiple_of(32);
+        let ok = if self.skinny {
+            // Whole weight sub-blocks per invocation and row tile.
+            self.wm > 0
+                && self.wk > 0
+                && self.wn == 1
+                && self.tn == 1
+                && (1..=8).contains(&self.tm)
+                && self.wm * self.wk <= 32
+                && self.bk > 0
+                && self.bk.is_multiple_of(64)
+        } else {
+            base && self.wm * self.wn * self.wk <= 8
+        };
         if !ok {
             return Err(ModelError::Internal(format!("cooperative tile {self:?}")));
         }
-        Ok([
-            self.invocations(),
-            32,
-            self.wm,
-            self.wn,
-            self.wk,
-            self.tm,
-            self.tn,
-            self.bk,
-            self.staging_floats(),
-        ])
+        Ok(if self.skinny {
+            vec![self.invocations(), 32, self.wm, self.wk, self.tm, self.bk]
+        } else {
+            vec![
+                self.invocations(),
+                32,
+                self.wm,
+                self.wn,
+                self.wk,
+                self.tm,
+                self.tn,
+                self.bk,
+                self.staging_floats(),
+            ]
+        })
     }
+}
+
+/// Most tokens the cooperative-matrix products stream through
+/// `matmul_skinny.comp` (one 16-token block per workgroup).
+pub const SKINNY_MAX_TOKENS: usize = 16;
+
+/// Whether the linear layers of a batch of `n` tokens take f16 activations
+/// on this device ([`View::f16`]): batches past the matvec's
+/// [`MATVEC_MAX_TOKENS`] up to [`SKINNY_MAX_TOKENS`], on GPUs with
+/// cooperative matrices, where `matmul_skinny.comp` loads them straight
+/// into its matrices. The kernels that produce those inputs (the RMS norm,
+/// the gated epilogue) then write f16 directly, rounding as the product
+/// would.
+pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
+    n > MATVEC_MAX_TOKENS
+        && n <= SKINNY_MAX_TOKENS
+        && ctx.caps().device_type != ash::vk::PhysicalDeviceType::CPU
+        && LinearVariant::coop_available(ctx)
+        && CoopTile::choose(ctx, 1, 32, n).skinny
 }
 
 /// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
@@ -441,7 +550,13 @@ impl Linear {
 }
 
 fn kernel(family: &str, w: &QuantWeight) -> Result<Kernel> {
-    Kernel::by_name(&format!("{family}_{}_f32", w.qtype().name())).ok_or_else(|| {
+    kernel_for(family, w, false)
+}
+
+/// The variant of `family` for `w`'s weights and f32 or f16 activations.
+fn kernel_for(family: &str, w: &QuantWeight, f16: bool) -> Result<Kernel> {
+    let act = if f16 { "f16" } else { "f32" };
+    Kernel::by_name(&format!("{family}_{}_{act}", w.qtype().name())).ok_or_else(|| {
         ModelError::UnsupportedTensorType {
             tensor: w.name().to_string(),
             ggml_type: w.qtype().to_string(),
@@ -478,6 +593,10 @@ impl LinearVariant {
     pub fn choose(ctx: &GpuContext, n: usize, x: View<'_>) -> Self {
         let cpu = ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU;
         let aligned = x.offset.is_multiple_of(4) && x.ld.is_multiple_of(4);
+        if x.f16 {
+            // Only the cooperative-matrix products read f16 activations.
+            return LinearVariant::Coop;
+        }
         if n > MATVEC_MAX_TOKENS && !cpu && aligned && Self::coop_available(ctx) {
             LinearVariant::Coop
         } else {
@@ -646,6 +765,9 @@ fn record_linear_inner(
         });
     }
     let aligned = x.offset.is_multiple_of(4) && x.ld.is_multiple_of(4);
+    if variant != LinearVariant::Coop {
+        super::expect_f32(&format!("{variant:?} linear"), &[x, out])?;
+    }
     let fits = match variant {
         LinearVariant::Matvec => LinearVariant::matvec_fits(n, x),
         LinearVariant::Rows => aligned,
@@ -675,6 +797,22 @@ fn record_linear_inner(
     if epilogue.rope.is_some() {
         flags |= FLAG_ROPE;
     }
+    if out.f16 {
+        // Only the gated output, the next product's input, goes out as f16.
+        if epilogue.glu.is_none() || accumulate {
+            return Err(ModelError::Internal(
+                "f16 linear output without a gated activation".into(),
+            ));
+        }
+        flags |= FLAG_OUT_F16;
+    }
+    if x.f16 && !aligned {
+        // The skinny kernel reads f16 activations four at a time.
+        return Err(ModelError::Internal(format!(
+            "f16 activations at {} stride {}",
+            x.offset, x.ld
+        )));
+    }
     let rope = epilogue.rope;
     let bias_buf = bias.unwrap_or(x.buf);
     for chunk in w.chunks() {
@@ -686,6 +824,8 @@ fn record_linear_inner(
             Binding::read(bias_buf),
             Binding::read(rope.map_or(x.buf, |r| r.positions)),
             Binding::read(rope.map_or(x.buf, |r| r.inv_freq)),
+            // The skinny kernel's f16 alias of D (gated f16 outputs).
+            Binding::write(out.buf),
         ];
         let mm_params = |x_unit: usize| -> Result<MatmulParams> {
             Ok(MatmulParams {
@@ -716,7 +856,7 @@ fn record_linear_inner(
                 rec.dispatch(
                     kernel("matmul_rows", w)?,
                     &[ROWS_WG as u32, tn as u32, rpi as u32],
-                    &bindings,
+                    &bindings[..6],
                     bytemuck::bytes_of(&mm_params(4)?),
                     groups,
                 )?;
@@ -737,15 +877,27 @@ fn record_linear_inner(
             LinearVariant::Coop => {
                 let tile = coop_tile
                     .unwrap_or_else(|| CoopTile::choose(rec.context(), chunk.n_rows, k, n));
+                if !tile.fits(rec.context()) {
+                    return Err(ModelError::Internal(format!(
+                        "cooperative tile {tile:?} takes {} bytes of shared memory",
+                        tile.shared_bytes()
+                    )));
+                }
+                if (x.f16 || out.f16) && !tile.skinny {
+                    return Err(ModelError::Internal(format!(
+                        "cooperative tile {tile:?} takes f32 activations only"
+                    )));
+                }
+                let n_bindings = if tile.skinny { 7 } else { 6 };
                 let groups = [
                     pc_u32("groups", chunk.n_rows.div_ceil(tile.bm()))?,
                     pc_u32("groups", n.div_ceil(tile.bn()))?,
                     1,
                 ];
                 rec.dispatch(
-                    kernel("matmul_coop", w)?,
+                    kernel_for(tile.family(), w, x.f16)?,
                     &tile.spec()?,
-                    &bindings,
+                    &bindings[..n_bindings],
                     bytemuck::bytes_of(&mm_params(1)?),
                     groups,
                 )?;
@@ -759,7 +911,7 @@ fn record_linear_inner(
                 rec.dispatch(
                     kernel("matmul", w)?,
                     &[],
-                    &bindings,
+                    &bindings[..6],
                     bytemuck::bytes_of(&mm_params(1)?),
                     groups,
                 )?;
@@ -853,6 +1005,7 @@ pub fn record_matvec_tokens(
     accumulate: bool,
     opts: MatvecOptions<'_>,
 ) -> Result<()> {
+    super::expect_f32("matvec", &[x, out])?;
     if !LinearVariant::matvec_fits(n, x) {
         return Err(ModelError::Internal(format!(
             "matvec of {n} tokens at float {} stride {} (not multiples of 4)",

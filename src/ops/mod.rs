@@ -15,30 +15,58 @@ use std::sync::Arc;
 
 use crate::gpu::{Buffer, GpuContext};
 
-/// A row-major f32 matrix inside a buffer: row `i` starts at float `offset + i * ld`.
+/// A row-major matrix inside a buffer: row `i` starts at element `offset + i * ld`.
+/// Elements are f32, or f16 where `f16` says so (the activations some
+/// kernels hand to the cooperative-matrix products of batched decode, which
+/// take them as f16 anyway); only the kernels that document it take f16.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
     /// The buffer holding the matrix.
     pub buf: &'a Arc<Buffer>,
-    /// Float index of row 0.
+    /// Element index of row 0.
     pub offset: usize,
-    /// Floats between consecutive rows.
+    /// Elements between consecutive rows.
     pub ld: usize,
+    /// Elements are f16 rather than f32.
+    pub f16: bool,
 }
 
 impl<'a> View<'a> {
     /// Rows of `ld` floats from the start of `buf`.
     pub fn new(buf: &'a Arc<Buffer>, ld: usize) -> Self {
-        View { buf, offset: 0, ld }
+        View {
+            buf,
+            offset: 0,
+            ld,
+            f16: false,
+        }
     }
 
-    /// The same rows, starting `cols` floats further (a column slice).
+    /// Rows of `ld` f16 elements from the start of `buf`.
+    pub fn new_f16(buf: &'a Arc<Buffer>, ld: usize) -> Self {
+        View {
+            f16: true,
+            ..Self::new(buf, ld)
+        }
+    }
+
+    /// The same rows, starting `cols` elements further (a column slice).
     pub fn shift(self, cols: usize) -> Self {
         View {
             offset: self.offset + cols,
             ..self
         }
     }
+}
+
+/// Refuses f16 views where `kernel` reads or writes f32 only.
+pub(crate) fn expect_f32(kernel: &str, views: &[View<'_>]) -> crate::error::Result<()> {
+    if views.iter().any(|v| v.f16) {
+        return Err(crate::ModelError::Internal(format!(
+            "{kernel} takes f32 activations only"
+        )));
+    }
+    Ok(())
 }
 
 /// Workgroup size for elementwise kernels.

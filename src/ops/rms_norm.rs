@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{View, kernel_subgroup, pc_u32};
+use super::{View, expect_f32, kernel_subgroup, pc_u32};
 use crate::error::Result;
 use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
 
@@ -48,10 +48,12 @@ pub enum NormFlavor {
     ZeroCentred,
 }
 
-const WG: u32 = 128;
+/// Invocations per row: with 16 elements each in registers, rows up to 4096.
+const WG: u32 = 256;
 
 /// Records an RMS norm of `n_rows` rows of `n_cols` from `x` into `d`.
 /// `weight` of `None` normalizes only; `add` adds the result into `d`.
+/// `d` may be f16 (rounded once, to nearest), except with `add`.
 ///
 /// # Errors
 /// A value beyond 32 bits.
@@ -98,6 +100,7 @@ pub fn record_rms_norm_heads(
         ld_group_x: x.ld,
         ld_group_d: x.ld,
     };
+    expect_f32("rms_norm of heads", &[x])?;
     let rows = View { ld: head_dim, ..x };
     record(
         rec,
@@ -133,6 +136,12 @@ fn record(
     add: bool,
     g: Grouping,
 ) -> Result<()> {
+    expect_f32("rms_norm input", &[x])?;
+    if add && d.f16 {
+        return Err(crate::error::ModelError::Internal(
+            "rms_norm cannot add into f16".into(),
+        ));
+    }
     let flags = match flavor {
         NormFlavor::Plain => 0,
         NormFlavor::ZeroCentred => 1,
@@ -154,7 +163,11 @@ fn record(
     let ctx = rec.context().clone();
     let groups = groups_1d(&ctx, pc_u32("rows", n_rows)?);
     rec.dispatch(
-        Kernel::RmsNormF32,
+        if d.f16 {
+            Kernel::RmsNormF32F16
+        } else {
+            Kernel::RmsNormF32
+        },
         &[WG, kernel_subgroup(&ctx)],
         &[
             Binding::read(x.buf),

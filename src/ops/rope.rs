@@ -165,6 +165,7 @@ pub fn record_rope(
     inv_freq: &Arc<Buffer>,
     attn_factor: f32,
 ) -> Result<()> {
+    super::expect_f32("record_rope", &[x])?;
     let params = RopeParams {
         n_tokens: pc_u32("n_tokens", shape.n_tokens)?,
         n_heads: pc_u32("n_heads", shape.n_heads)?,

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::session::{Session, read_logit_row};
+use super::session::{LentLogits, Session};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, MemoryKind, Recording};
 use crate::kv::{PagePool, PagedBatchView};
@@ -28,6 +28,20 @@ struct Segment {
     len: usize,
 }
 
+/// Most readback buffers a runner lends: two alternate while the same
+/// sessions step together; a third covers a session that sat out a step.
+/// Past that, logits are copied into the sessions.
+const MAX_SLABS: usize = 3;
+
+/// A readback buffer of logit rows that decode steps write and sessions
+/// then read in place (no copy of 16 × 128k floats per step). A session
+/// holds a clone of `lease` while it reads from the slab; the runner writes
+/// only slabs whose lease it alone holds.
+struct Slab {
+    buf: Arc<Buffer>,
+    lease: Arc<()>,
+}
+
 /// Buffers and recorded decode steps for batched calls on one model.
 pub struct BatchRunner {
     model: Arc<dyn GenerativeModel>,
@@ -42,8 +56,14 @@ pub struct BatchRunner {
     ring_base: Option<Arc<Buffer>>,
     /// Recorded decode steps by number of sequences and context size (which
     /// picks LongRoPE factors), valid for `pool` and the buffers above.
-    steps: HashMap<(usize, usize), Recording>,
+    steps: HashMap<(usize, usize, usize), Recording>,
     pool: Option<Arc<PagePool>>,
+    /// Readback buffers of decode steps' logits, lent to the sessions.
+    slabs: Vec<Slab>,
+    /// Record passes with GPU timestamps (not replayed), for profiling.
+    timestamps: bool,
+    /// The last pass's recording, when it had timestamps.
+    last: Option<Recording>,
 }
 
 impl BatchRunner {
@@ -58,7 +78,34 @@ impl BatchRunner {
             ring_base: None,
             steps: HashMap::new(),
             pool: None,
+            slabs: Vec::new(),
+            timestamps: false,
+            last: None,
         }
+    }
+
+    /// Records each pass afresh with GPU timestamps around every dispatch
+    /// (slower: for profiling), or goes back to replaying recorded steps.
+    pub fn set_timestamps(&mut self, on: bool) {
+        self.timestamps = on;
+        self.last = None;
+    }
+
+    /// GPU milliseconds per kernel of the last pass, largest first, when
+    /// [`Self::set_timestamps`] was on for it.
+    ///
+    /// # Errors
+    /// No timed pass yet, or the timestamp queries failed.
+    pub fn last_profile(&self) -> Result<Vec<(String, f64)>> {
+        let rec = self
+            .last
+            .as_ref()
+            .ok_or_else(|| ModelError::invalid("profile", "no pass ran with timestamps"))?;
+        Ok(rec
+            .profile()?
+            .into_iter()
+            .map(|(k, ns)| (k, ns / 1e6))
+            .collect())
     }
 
     /// Evaluates `tokens[i]` after what `sessions[i]` holds, for all sessions
@@ -185,6 +232,28 @@ impl BatchRunner {
         }
     }
 
+    /// A slab no session reads from, made if there are fewer than
+    /// [`MAX_SLABS`]; `None` when all are lent.
+    fn free_slab(slabs: &mut Vec<Slab>, scratch: &Scratch) -> Result<Option<usize>> {
+        if let Some(i) = slabs.iter().position(|s| Arc::strong_count(&s.lease) == 1) {
+            return Ok(Some(i));
+        }
+        if slabs.len() >= MAX_SLABS {
+            return Ok(None);
+        }
+        let buf = Buffer::new(
+            scratch.logits.context(),
+            scratch.logits.size(),
+            MemoryKind::Readback,
+            "batch logits",
+        )?;
+        slabs.push(Slab {
+            buf,
+            lease: Arc::new(()),
+        });
+        Ok(Some(slabs.len() - 1))
+    }
+
     /// Logit rows one pass may produce: bounded by a descriptor's range.
     fn logit_rows_cap(&self) -> Result<usize> {
         let ctx = self.model.context();
@@ -207,6 +276,7 @@ impl BatchRunner {
             .is_some_and(|s| s.max_tokens >= n_tok && s.max_logit_rows >= n_rows);
         if !fits {
             self.steps.clear();
+            self.slabs.clear();
             self.scratch = None;
             let tok = n_tok.next_power_of_two().clamp(16, MAX_PASS_TOKENS);
             let rows = n_rows.next_power_of_two().clamp(16, self.logit_rows_cap()?);
@@ -335,7 +405,22 @@ impl BatchRunner {
         };
         let decode = view.one_per_sequence;
         let model = self.model.clone();
+        // Decode steps leave their logits in a slab the sessions read in
+        // place (not under a final soft-cap, which the copy applies).
+        let slab = if decode && model.spec().final_softcap <= 0.0 {
+            Self::free_slab(&mut self.slabs, scratch)?
+        } else {
+            None
+        };
+        let step_scratch = match slab {
+            Some(i) => Scratch {
+                logits: self.slabs[i].buf.clone(),
+                ..scratch.clone()
+            },
+            None => scratch.clone(),
+        };
         let record = |rec: &mut Recording| -> Result<()> {
+            let scratch = &step_scratch;
             model.record_embed(rec, scratch, n_tok)?;
             model.record_blocks(rec, scratch, &view, n_tok)?;
             if decode {
@@ -349,8 +434,15 @@ impl BatchRunner {
                 Ok(())
             }
         };
-        if decode {
-            let step = match self.steps.entry((n_tok, n_ctx)) {
+        if self.timestamps {
+            let mut rec = Recording::new(model.context(), true)?;
+            record(&mut rec)?;
+            rec.finish()?;
+            rec.submit_and_wait()?;
+            self.last = Some(rec);
+        } else if decode {
+            let key = (n_tok, n_ctx, slab.map_or(MAX_SLABS, |i| i));
+            let step = match self.steps.entry(key) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
                     let mut rec = Recording::new(model.context(), false)?;
@@ -370,12 +462,23 @@ impl BatchRunner {
             .scratch
             .as_ref()
             .ok_or_else(|| ModelError::Internal("batch scratch missing".into()))?;
-        let mut row = vec![0.0f32; model.spec().n_vocab];
+        let n_vocab = model.spec().n_vocab;
         for (k, sg) in segs.iter().enumerate() {
-            read_logit_row(model.as_ref(), scratch, k, &mut row)?;
             let s = &mut sessions[sg.session];
+            let tokens = &lists[sg.session][sg.start..sg.start + sg.len];
+            match slab {
+                Some(i) => s.accept_batch_lent(
+                    tokens,
+                    LentLogits {
+                        buf: self.slabs[i].buf.clone(),
+                        _lease: self.slabs[i].lease.clone(),
+                        offset: (k * n_vocab * 4) as u64,
+                        len: n_vocab,
+                    },
+                ),
+                None => s.accept_batch(tokens, scratch, k)?,
+            }
             s.cache_mut().commit(sg.len);
-            s.accept_batch(&lists[sg.session][sg.start..sg.start + sg.len], &row);
         }
         Ok(())
     }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
-use crate::gpu::Recording;
+use crate::gpu::{Buffer, Recording};
 use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
 use crate::models::{GenerativeModel, Scratch};
 
@@ -43,6 +43,20 @@ impl Default for SessionOptions {
     }
 }
 
+/// Logits a batched step left in its runner's readback buffer, where the
+/// session reads them; while a session holds `lease`, the runner writes
+/// the next steps elsewhere.
+#[derive(Clone)]
+pub(crate) struct LentLogits {
+    pub(crate) buf: Arc<Buffer>,
+    /// Held, never read: the runner counts the holders.
+    pub(crate) _lease: Arc<()>,
+    /// Byte offset of the row.
+    pub(crate) offset: u64,
+    /// Floats in the row.
+    pub(crate) len: usize,
+}
+
 /// One sequence being evaluated on a model.
 pub struct Session {
     model: Arc<dyn GenerativeModel>,
@@ -51,6 +65,8 @@ pub struct Session {
     decode_step: Option<Recording>,
     tokens: Vec<u32>,
     logits: Vec<f32>,
+    /// Where the logits are instead of `logits`, after a batched step.
+    lent: Option<LentLogits>,
     n_batch: usize,
 }
 
@@ -86,6 +102,7 @@ impl Session {
         let scratch = model.create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))?;
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
+            lent: None,
             model,
             cache,
             scratch,
@@ -122,6 +139,14 @@ impl Session {
 
     /// Logits of the last position evaluated (`n_vocab` floats).
     pub fn logits(&self) -> &[f32] {
+        if let Some(l) = &self.lent {
+            // SAFETY: the batch runner writes a readback buffer only while
+            // no session holds its lease; this one holds it until its next
+            // evaluation, which takes &mut self.
+            if let Ok(v) = unsafe { l.buf.host_slice::<f32>(l.offset, l.len) } {
+                return v;
+            }
+        }
         &self.logits
     }
 
@@ -157,6 +182,7 @@ impl Session {
             decode_step: None,
             tokens: self.tokens.clone(),
             logits: self.logits.clone(),
+            lent: self.lent.clone(),
             n_batch: self.n_batch,
         })
     }
@@ -174,9 +200,20 @@ impl Session {
     /// Takes the outcome of a batched forward call: `tokens` were evaluated
     /// (their positions already committed to the cache) and `logits` are
     /// those of the last one.
-    pub(crate) fn accept_batch(&mut self, tokens: &[u32], logits: &[f32]) {
+    pub(crate) fn accept_batch(&mut self, tokens: &[u32], s: &Scratch, row: usize) -> Result<()> {
+        // Straight from the batch's readback buffer into this session's
+        // logits: one copy of the row.
+        read_logit_row(self.model.as_ref(), s, row, &mut self.logits)?;
+        self.lent = None;
         self.tokens.extend_from_slice(tokens);
-        self.logits.copy_from_slice(logits);
+        Ok(())
+    }
+
+    /// [`Self::accept_batch`] with the logits left where the step wrote
+    /// them, read in place until this session's next evaluation.
+    pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: LentLogits) {
+        self.lent = Some(logits);
+        self.tokens.extend_from_slice(tokens);
     }
 
     pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
@@ -217,7 +254,7 @@ impl Session {
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
         let saved = if multi {
-            self.logits.clone()
+            self.logits().to_vec()
         } else {
             Vec::new()
         };
@@ -228,6 +265,7 @@ impl Session {
                 if multi {
                     let _ = self.rewind(start);
                     self.logits = saved;
+                    self.lent = None;
                 }
                 return Err(e);
             }
@@ -272,6 +310,7 @@ impl Session {
                 let mut l = std::mem::take(&mut self.logits);
                 self.read_logits(0, &mut l)?;
                 self.logits = l;
+                self.lent = None;
             }
             Some(dst) => {
                 rec.finish()?;
@@ -295,6 +334,7 @@ impl Session {
                 }
                 self.logits
                     .copy_from_slice(&dst[(n - 1) * n_vocab..n * n_vocab]);
+                self.lent = None;
             }
         }
         self.cache.commit(n);
@@ -328,6 +368,7 @@ impl Session {
         let mut l = std::mem::take(&mut self.logits);
         self.read_logits(0, &mut l)?;
         self.logits = l;
+        self.lent = None;
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())

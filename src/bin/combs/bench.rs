@@ -141,9 +141,14 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let batches = if args.batch.is_empty() || args.n_gen == 0 {
         Vec::new()
     } else {
-        super::bench_batch::run(&model, &args.batch, args.n_gen, args.reps, |n, seed| {
-            tokens_seeded(n, spec.n_vocab, seed + 1)
-        })?
+        super::bench_batch::run(
+            &model,
+            &args.batch,
+            args.n_gen,
+            args.reps,
+            args.profile,
+            |n, seed| tokens_seeded(n, spec.n_vocab, seed + 1),
+        )?
     };
     let profiles = if args.profile {
         profile(&ctx, &model, args.n_prompt.max(1))?
@@ -235,6 +240,24 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 med / b.batch as f64
             )?;
         }
+    }
+    for b in batches.iter().filter(|b| !b.profile.is_empty()) {
+        let (med, _) = stats(&b.samples);
+        writeln!(
+            out,
+            "\nGPU time of one batched decode step of {} sequences (the step takes {:.3} ms), by kernel:",
+            b.batch,
+            1e3 * b.batch as f64 / med.max(1e-9)
+        )?;
+        let total: f64 = b.profile.iter().map(|(_, ms)| ms).sum();
+        for (k, ms) in &b.profile {
+            writeln!(
+                out,
+                "  {k:30} {ms:9.3} ms  {:5.1}%",
+                100.0 * ms / total.max(1e-12)
+            )?;
+        }
+        writeln!(out, "  {:30} {total:9.3} ms", "total")?;
     }
     for (shape, (dispatches, barriers), rows) in &profiles {
         writeln!(

@@ -2,12 +2,13 @@
 //! sequences advanced together (`Model::decode_batch`, one forward pass per
 //! step for all B). Each sequence holds a short prompt (evaluated in one
 //! batched prefill, not timed); then `-n` steps of all B are timed, after a
-//! warm-up, and repeated.
+//! warm-up, and repeated. With `--profile`, one more step of each batch
+//! size is recorded with GPU timestamps.
 
 use std::time::Instant;
 
 use combs::kv::CacheKind;
-use combs::runtime::{Model, Session, SessionOptions};
+use combs::runtime::{BatchRunner, Model, Session, SessionOptions};
 
 use crate::CliError;
 
@@ -22,6 +23,8 @@ pub struct BatchResult {
     pub batch: usize,
     /// Tokens/s summed over the sequences, one figure per repetition.
     pub samples: Vec<f64>,
+    /// GPU milliseconds per kernel of one more step, when profiled.
+    pub profile: Vec<(String, f64)>,
 }
 
 /// Times `n_gen` batched decode steps for each of `sizes`, `reps` times after a warm-up.
@@ -33,6 +36,7 @@ pub fn run(
     sizes: &[usize],
     n_gen: usize,
     reps: usize,
+    profile: bool,
     tokens: impl Fn(usize, u64) -> Vec<u32>,
 ) -> Result<Vec<BatchResult>, CliError> {
     let largest = sizes.iter().copied().max().unwrap_or(1);
@@ -73,7 +77,21 @@ pub fn run(
                 samples.push((b * n_gen) as f64 / dt);
             }
         }
-        out.push(BatchResult { batch: b, samples });
+        let mut prof = Vec::new();
+        if profile && b > 1 {
+            // One more step (the context holds it) through a runner that
+            // records with timestamps.
+            let mut runner = BatchRunner::new(model.weights().clone());
+            runner.set_timestamps(true);
+            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+            runner.decode(&mut refs, &steps[0])?;
+            prof = runner.last_profile()?;
+        }
+        out.push(BatchResult {
+            batch: b,
+            samples,
+            profile: prof,
+        });
     }
     Ok(out)
 }

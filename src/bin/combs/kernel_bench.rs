@@ -46,8 +46,9 @@ pub struct KernelBenchArgs {
     /// Token counts for the tiled linear kernels (0: none), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     tokens: Vec<usize>,
-    /// Cooperative-matrix tiles WMxWNxWKxTMxTNxBK for the token counts,
-    /// comma-separated; `auto` is combs' own choice.
+    /// Cooperative-matrix tiles WMxWNxWKxTMxTNxBK[s] for the token counts
+    /// (`s`: the skinny kernel's independent subgroups), comma-separated;
+    /// `auto` is combs' own choice.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     coop_tiles: Vec<String>,
     /// Dispatches per timed run.
@@ -70,6 +71,10 @@ pub struct KernelBenchArgs {
     /// the cost of switching kernels between dispatches; 0: none.
     #[arg(long, default_value_t = 0)]
     chain: usize,
+    /// Give the skinny cooperative-matrix tiles f16 activations, as batched
+    /// decode does.
+    #[arg(long)]
+    x_f16: bool,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -159,13 +164,17 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
     if s == "auto" {
         return Ok(None);
     }
-    let v: Vec<u32> = s
+    let bad = || ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK[s]"));
+    // `s`: the skinny kernel.
+    let (dims, skinny) = match s.strip_suffix('s') {
+        Some(d) => (d, true),
+        None => (s, false),
+    };
+    let v: Vec<u32> = dims
         .split('x')
         .map(str::parse)
         .collect::<Result<_, _>>()
-        .map_err(|_| {
-            ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK"))
-        })?;
+        .map_err(|_| bad())?;
     match v[..] {
         [wm, wn, wk, tm, tn, bk] => Ok(Some(CoopTile {
             wm,
@@ -174,10 +183,9 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
             tm,
             tn,
             bk,
+            skinny,
         })),
-        _ => Err(
-            ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK")).into(),
-        ),
+        _ => Err(bad().into()),
     }
 }
 
@@ -485,7 +493,12 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
         .iter()
         .map(|s| parse_tile(s))
         .collect::<Result<_, _>>()?;
-    writeln!(out, "device: {}", ctx.caps().name)?;
+    writeln!(
+        out,
+        "device: {} ({} bytes of shared memory per workgroup)",
+        ctx.caps().name,
+        ctx.caps().max_shared_memory
+    )?;
     if args.sync {
         sync_latency(&ctx, out)?;
     }
@@ -564,6 +577,19 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     &[None]
                 };
                 for tile in tiles {
+                    if let Some(c) = tile.filter(|c| !c.fits(&ctx)) {
+                        writeln!(out, "{:8} {c:?}: beyond this device's limits", m.name)?;
+                        continue;
+                    }
+                    let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
+                    // The skinny kernel's f16 inputs (the bits of x as
+                    // halves: the products take the same time).
+                    let half = args.x_f16 && variant == LinearVariant::Coop && c.skinny;
+                    let xv = if half {
+                        View::new_f16(&x, m.cols)
+                    } else {
+                        View::new(&x, m.cols)
+                    };
                     let us = time(&ctx, args.reps.min(16), |rec, i| {
                         record_linear_tiled(
                             rec,
@@ -571,7 +597,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                             *tile,
                             &copies[i % copies.len()],
                             None,
-                            View::new(&x, m.cols),
+                            xv,
                             n,
                             View::new(&y, m.rows),
                             false,
@@ -579,20 +605,18 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     })?;
                     let flop = 2.0 * (m.rows * m.cols * n) as f64;
                     let label = match (variant, tile) {
-                        (LinearVariant::Coop, _) => {
-                            let c =
-                                tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
-                            format!(
-                                "co{}x{}x{}x{}x{}x{}{} n={n}",
-                                c.wm,
-                                c.wn,
-                                c.wk,
-                                c.tm,
-                                c.tn,
-                                c.bk,
-                                if tile.is_none() { "*" } else { "" }
-                            )
-                        }
+                        (LinearVariant::Coop, _) => format!(
+                            "co{}x{}x{}x{}x{}x{}{}{}{} n={n}",
+                            c.wm,
+                            c.wn,
+                            c.wk,
+                            c.tm,
+                            c.tn,
+                            c.bk,
+                            if c.skinny { "s" } else { "" },
+                            if half { "h" } else { "" },
+                            if tile.is_none() { "*" } else { "" }
+                        ),
                         _ => format!("{variant:?} n={n}"),
                     };
                     print_row(out, &m, t, &label, us, flop / us / 1e6)?;

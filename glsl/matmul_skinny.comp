@@ -1,0 +1,212 @@
+#version 450
+// matmul_skinny: D[n, row] = A[row, :] . X[n, :] for a few tokens (batched
+// decode) on devices with VK_KHR_cooperative_matrix (f16 16x16x16, f32
+// accumulation). matmul_coop.comp's tiles step the whole workgroup through
+// K between barriers, which at 16 tokens leaves the memory system idle
+// while each step's loads arrive. Here every subgroup streams on its own:
+// it owns TM 16-row matrices and every WK-th chunk of BK columns; per
+// chunk it stages its 16 tokens of activations in its own part of shared
+// memory once, keeps them in registers as B matrices, and then dequantizes
+// its TM row tiles one after another through its own 16-row staging area
+// (the next tile's weights loaded while the current one multiplies), so
+// the activations are read once per TM * 16 rows and shared memory does
+// not grow with TM. No barrier but its own until the end, where the WK
+// subgroups of each row group add their results in turn and the sum is
+// stored with matmul_coop.comp's epilogue (common/coop_out.glsl).
+// Same bindings and push constants as matmul_coop.comp; a workgroup covers
+// WM * TM * 16 rows and 16 tokens (gl_WorkGroupID.y: the 16-token block).
+// X needs 4-element alignment. With X_F16, X holds f16 activations (offsets
+// and strides in halves), copied rather than converted. Binding 6 aliases
+// D as f16 for the gated output of p.flags 128 (common/coop_out.glsl).
+
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_cooperative_matrix : enable
+#extension GL_KHR_memory_scope_semantics : enable
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
+
+layout(local_size_x_id = 0) in;                   // 32 * WM * WK
+layout(constant_id = 1) const uint SUBGROUP = 32; // the size the layout assumes
+layout(constant_id = 2) const uint WM = 1;        // subgroups along rows
+layout(constant_id = 3) const uint WK = 8;        // subgroups along K
+layout(constant_id = 4) const uint TM = 1;        // 16-row matrices per subgroup
+layout(constant_id = 5) const uint BK = 64;       // columns per chunk (multiple of 64)
+
+const uint NSG = WM * WK;
+const uint WGS = NSG * 32u;
+const uint SPC = BK / 32u;          // sub-blocks per row and chunk
+const uint VPC = BK / 4u;           // 4-element vectors per token and chunk
+const uint A_SUBS = 16u * SPC / 32u; // weight sub-blocks per invocation and row tile
+const uint X_VECS = 16u * VPC / 32u;
+const uint KM = BK / 16u;           // B matrices per chunk
+// f16vec4 row stride of a subgroup's tiles; the 8 extra halves spread rows over banks.
+const uint S4 = (BK + 8u) / 4u;
+
+layout(binding = 0) readonly buffer A { uint data_a[]; };
+#if defined(X_F16)
+layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
+#else
+layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
+#endif
+layout(binding = 2) buffer D { float data_d[]; };
+layout(binding = 3) readonly buffer B { float data_bias[]; };
+
+layout(push_constant) uniform Params {
+    uint k;           // columns (a multiple of 32)
+    uint m;           // rows in this chunk
+    uint nb;          // blocks in this chunk
+    uint row_offset;  // output column of the chunk's first row
+    uint n;           // tokens
+    uint ld_x;        // stride between tokens of X, elements (multiple of 4)
+    uint ld_d;        // stride between tokens of D, elements
+    uint x_offset;    // element index of X[0, 0] (multiple of 4)
+    uint d_offset;    // element index of D[0, 0]
+    uint flags;       // as matmul_coop.comp, and 128: gated output as f16
+    uint rope_rows;
+    uint head_dim;
+    uint n_rot;
+    float attn_factor;
+} p;
+
+layout(binding = 4) readonly buffer P { int data_pos[]; };
+layout(binding = 5) readonly buffer F { float inv_freq[]; };
+layout(binding = 6) buffer DH { float16_t data_dh[]; };
+#define COOP_OUT_F16 1
+
+#include "common/dequant.glsl"
+#include "common/linear_out.glsl"
+#include "common/act.glsl"
+#include "common/coop_out.glsl"
+
+// Per subgroup: one 16-row tile of weights and its 16 tokens of the current chunk.
+shared f16vec4 sa[NSG * 16u * S4];
+shared f16vec4 sx[NSG * 16u * S4];
+// Per row group: the sum of its K subgroups' results, token-major 16 x 16 tiles.
+shared float sc[WM * TM * 256u];
+
+// This invocation's weights of the next row tile.
+f16vec4 wreg[A_SUBS][8];
+
+void load_a(uint row, uint c, uint lane) {
+    const uint subs = p.k / 32u;
+    [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
+        const uint u = lane + 32u * i;
+        const uint r = row + u / SPC;
+        const uint s = c * SPC + u % SPC;
+        vec4 w[8];
+        if (r < p.m && s < subs) {
+            dequant_sub32(p.nb, r * subs + s, w);
+        } else {
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                w[j] = vec4(0.0);
+            }
+        }
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            wreg[i][j] = f16vec4(w[j]);
+        }
+    }
+}
+
+void store_a(uint abase, uint lane) {
+    [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
+        const uint u = lane + 32u * i;
+        const uint o = abase + (u / SPC) * S4 + (u % SPC) * 8u;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            sa[o + j] = wreg[i][j];
+        }
+    }
+}
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint sg = tid / SUBGROUP;
+    const uint lane = tid % SUBGROUP;
+    const uint sm = sg % WM;
+    const uint sk = sg / WM;
+    const uint row0 = gl_WorkGroupID.x * WM * TM * 16u;
+    const uint tok0 = gl_WorkGroupID.y * 16u;
+    const uint srow = row0 + sm * TM * 16u;   // this subgroup's first row
+    const uint base = sg * 16u * S4;          // its staging areas
+    const uint chunks = (p.k + BK - 1u) / BK;
+    const uint first = sk;   // this subgroup's first chunk
+    const uint stride = WK;
+
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM];
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        acc[i] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+    }
+
+    if (first < chunks) {
+        load_a(srow, first, lane);
+    }
+    for (uint c = first; c < chunks; c += stride) {
+        [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
+            const uint v = lane + 32u * i;
+            const uint t = v / VPC;
+            const uint col = c * BK + 4u * (v % VPC);
+            f16vec4 x = f16vec4(0.0);
+            if (tok0 + t < p.n && col < p.k) {
+#if defined(X_F16)
+                x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + col) / 4u];
+#else
+                x = f16vec4(data_x4[(p.x_offset + (tok0 + t) * p.ld_x + col) / 4u]);
+#endif
+            }
+            sx[base + t * S4 + v % VPC] = x;
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[KM];
+        [[unroll]] for (uint j = 0u; j < KM; j++) {
+            // B(k, t) = sx[t * S4 + k / 4]: column-major
+            coopMatLoad(mb[j], sx, base + 4u * j, S4, gl_CooperativeMatrixLayoutColumnMajor);
+        }
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            store_a(base, lane);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            // The next tile's weights (or the next chunk's first) load
+            // while this one multiplies.
+            if (i + 1u < TM) {
+                load_a(srow + 16u * (i + 1u), c, lane);
+            } else if (c + stride < chunks) {
+                load_a(srow, c + stride, lane);
+            }
+            [[unroll]] for (uint j = 0u; j < KM; j++) {
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma;
+                // A(r, k) = sa[r * S4 + k / 4]: row-major
+                coopMatLoad(ma, sa, base + 4u * j, S4, gl_CooperativeMatrixLayoutRowMajor);
+                acc[i] = coopMatMulAdd(ma, mb[j], acc[i]);
+            }
+            // The next stores overwrite what these loads read.
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+        }
+    }
+
+    // The K subgroups of a row group add into its tiles in turn.
+    [[unroll]] for (uint g = 0u; g < WK; g++) {
+        if (sk == g) {
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                const uint o = (sm * TM + i) * 256u;   // sc[o + token * 16 + row]
+                if (g > 0u) {
+                    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> prev;
+                    coopMatLoad(prev, sc, o, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                    acc[i] = acc[i] + prev;
+                }
+                coopMatStore(acc[i], sc, o, 16, gl_CooperativeMatrixLayoutColumnMajor);
+            }
+        }
+        barrier();
+    }
+    // Element e of tile (sm, i): row sm * TM * 16 + 16 i + e % 16, token
+    // e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
+    for (uint q = tid; q < WM * TM * 256u; q += WGS) {
+        const uint e = q % 256u;
+        const uint row = row0 + (q / 256u) * 16u + e % 16u;
+        const uint t = tok0 + e / 16u;
+        if (row < p.m && t < p.n) {
+            store_out(row, t, sc[q], sc[q ^ 1u]);
+        }
+    }
+}
