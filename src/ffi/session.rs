@@ -265,7 +265,9 @@ pub unsafe extern "C" fn combs_session_decode(
 /// The logits of the session's last position: `combs_model_n_vocab` floats.
 /// The array belongs to the session and stays valid (and unchanged) until
 /// the next `combs_session_prefill`, `combs_session_decode`,
-/// `combs_session_rewind`, `combs_generate` or `combs_session_free` on it.
+/// `combs_session_rewind`, `combs_generate` or `combs_session_free` on it,
+/// or the next `combs_batch_decode` / `combs_batch_prefill` that includes
+/// it (batches of other sessions leave it alone).
 /// NULL (with `combs_last_error()` set) when `s` is NULL or nothing has been
 /// evaluated since the session was created or rewound to fewer positions.
 ///
