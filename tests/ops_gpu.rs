@@ -1707,6 +1707,11 @@ fn skinny_f16_activations_match_ref() {
     let mut rng = Rng::fresh("skinny_f16");
     let tiles = [
         CoopTile::STREAM,
+        // ten K-subgroups: not a power of two
+        CoopTile {
+            wk: 10,
+            ..CoopTile::STREAM
+        },
         CoopTile {
             wm: 1,
             wn: 1,

@@ -400,9 +400,10 @@ impl CoopTile {
             // keep one so that their few rows still fill the GPU. On the
             // H200, llama-1b at 16 tokens (f16 activations): gate/up
             // 16384×2048 29.6 µs with 4 tiles and 8 K-subgroups (38.8 with
-            // STREAM), head 128256×2048 176 µs with 4 and 4 (261), Q/K/V,
-            // output and down 13.6, 11.0, 30.7 µs with STREAM (every other
-            // layout tried slower).
+            // STREAM), head 128256×2048 176 µs with 4 and 4 (261), Q/K/V
+            // and output 13.6, 11.0 µs with STREAM, down 2048×8192 27.6
+            // with 10 K-subgroups (30.6 with 8; the most that 48 KB of
+            // shared memory holds). Every other layout tried was slower.
             let tile = if rows >= 65536 {
                 CoopTile {
                     wk: 4,
@@ -412,6 +413,11 @@ impl CoopTile {
             } else if rows >= 16384 {
                 CoopTile {
                     tm: 4,
+                    ..CoopTile::STREAM
+                }
+            } else if cols >= 8192 {
+                CoopTile {
+                    wk: 10,
                     ..CoopTile::STREAM
                 }
             } else {
