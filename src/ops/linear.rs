@@ -495,10 +495,10 @@ pub const SKINNY_MAX_TOKENS: usize = 16;
 /// Whether the linear layers of a batch of `n` tokens take f16 activations
 /// on this device ([`View::f16`]): batches past the matvec's
 /// [`MATVEC_MAX_TOKENS`] up to [`SKINNY_MAX_TOKENS`], on GPUs with
-/// cooperative matrices, where `matmul_skinny.comp` loads them straight
-/// into its matrices. The kernels that produce those inputs (the RMS norm,
-/// the gated epilogue) then write f16 directly, rounding as the product
-/// would.
+/// cooperative matrices, where `matmul_skinny.comp` copies them into its
+/// staging areas instead of converting them in every subgroup. The
+/// kernels that produce those inputs (the RMS norm, the gated epilogue)
+/// then write f16 directly, rounding as the product would.
 pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
     n > MATVEC_MAX_TOKENS
         && n <= SKINNY_MAX_TOKENS
