@@ -877,8 +877,16 @@ fn rms_norm_heads_in_wide_rows_matches_ref() {
 fn rms_norm_f32_matches_ref() {
     let ctx = gpu();
     let mut rng = Rng::fresh("rms_norm");
-    // 5000 columns: past what the kernel keeps in registers
-    for (rows, cols) in [(1, 576), (7, 1000), (3, 33), (2, 5000)] {
+    // 5000 columns: past what the kernel keeps in registers; 100 and 80
+    // rows: the narrower workgroups of prompts
+    for (rows, cols) in [
+        (1, 576),
+        (7, 1000),
+        (3, 33),
+        (2, 5000),
+        (100, 576),
+        (80, 1500),
+    ] {
         let x = rng.normals(rows * cols, 2.0);
         let w = rng.normals(cols, 1.0);
         let prev = rng.normals(rows * cols, 1.0);
