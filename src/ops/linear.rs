@@ -423,8 +423,11 @@ impl CoopTile {
             } else {
                 CoopTile::STREAM
             };
-            if fits(&tile) {
-                return tile;
+            // STREAM, the smallest, where the device's shared memory holds
+            // no more: every batch of this size then takes a skinny tile,
+            // as [`f16_activations`] assumes.
+            if let Some(t) = [tile, CoopTile::STREAM].into_iter().find(fits) {
+                return t;
             }
         }
         if n <= 16 {
@@ -504,7 +507,7 @@ pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
         && n <= SKINNY_MAX_TOKENS
         && ctx.caps().device_type != ash::vk::PhysicalDeviceType::CPU
         && LinearVariant::coop_available(ctx)
-        && CoopTile::choose(ctx, 1, 32, n).skinny
+        && CoopTile::STREAM.fits(ctx)
 }
 
 /// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
@@ -778,6 +781,7 @@ fn record_linear_inner(
         LinearVariant::Matvec => LinearVariant::matvec_fits(n, x),
         LinearVariant::Rows => aligned,
         LinearVariant::Tiled => true,
+        // (f16 activations too: the skinny kernel reads them four at a time)
         LinearVariant::Coop => LinearVariant::coop_available(rec.context()) && aligned,
     };
     if !fits {
@@ -811,13 +815,6 @@ fn record_linear_inner(
             ));
         }
         flags |= FLAG_OUT_F16;
-    }
-    if x.f16 && !aligned {
-        // The skinny kernel reads f16 activations four at a time.
-        return Err(ModelError::Internal(format!(
-            "f16 activations at {} stride {}",
-            x.offset, x.ld
-        )));
     }
     let rope = epilogue.rope;
     let bias_buf = bias.unwrap_or(x.buf);
