@@ -249,15 +249,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             b.batch,
             1e3 * b.batch as f64 / med.max(1e-9)
         )?;
-        let total: f64 = b.profile.iter().map(|(_, ms)| ms).sum();
-        for (k, ms) in &b.profile {
-            writeln!(
-                out,
-                "  {k:30} {ms:9.3} ms  {:5.1}%",
-                100.0 * ms / total.max(1e-12)
-            )?;
-        }
-        writeln!(out, "  {:30} {total:9.3} ms", "total")?;
+        write_kernel_times(out, &b.profile)?;
     }
     for (shape, (dispatches, barriers), rows) in &profiles {
         writeln!(
@@ -265,17 +257,22 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "\nGPU time of one forward pass of {shape} token(s) ({dispatches} dispatches, \
              {barriers} barriers), by kernel:"
         )?;
-        let total: f64 = rows.iter().map(|(_, ms)| ms).sum();
-        for (k, ms) in rows {
-            writeln!(
-                out,
-                "  {k:30} {ms:9.3} ms  {:5.1}%",
-                100.0 * ms / total.max(1e-12)
-            )?;
-        }
-        writeln!(out, "  {:30} {total:9.3} ms", "total")?;
+        write_kernel_times(out, rows)?;
     }
     Ok(())
+}
+
+/// One line per kernel (GPU ms, share of the total), then the total.
+fn write_kernel_times(out: &mut dyn Write, rows: &[(String, f64)]) -> std::io::Result<()> {
+    let total: f64 = rows.iter().map(|(_, ms)| ms).sum();
+    for (k, ms) in rows {
+        writeln!(
+            out,
+            "  {k:30} {ms:9.3} ms  {:5.1}%",
+            100.0 * ms / total.max(1e-12)
+        )?;
+    }
+    writeln!(out, "  {:30} {total:9.3} ms", "total")
 }
 
 /// Per forward pass: tokens, (dispatches, barriers), GPU ms per kernel.
