@@ -77,6 +77,21 @@ fn tokens(rng: &mut Rng, n: usize, n_vocab: usize) -> Vec<u32> {
     (0..n).map(|_| rng.below(n_vocab) as u32).collect()
 }
 
+/// One batched prefill of `prompts[i]` into `sessions[i]`.
+#[track_caller]
+fn prefill_all(runner: &mut BatchRunner, sessions: &mut [Session], prompts: &[Vec<u32>]) {
+    let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+    let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    runner.prefill(&mut refs, &views).expect("batched prefill");
+}
+
+/// One batched decode step of every session, `tokens[i]` into `sessions[i]`.
+#[track_caller]
+fn decode_all(runner: &mut BatchRunner, sessions: &mut [Session], tokens: &[u32]) {
+    let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
+    runner.decode(&mut refs, tokens).expect("batched decode");
+}
+
 /// Largest |a - b| over the row, relative to the row's largest |b| (at least 1).
 fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
@@ -163,11 +178,7 @@ fn batched_decode_matches_sessions_alone() {
     // Together: the prompts in one batched prefill, then batched decode steps.
     let mut sessions: Vec<Session> = prompts.iter().map(|_| paged(&model, 64, 16, 0)).collect();
     let mut runner = BatchRunner::new(model.clone());
-    {
-        let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        runner.prefill(&mut refs, &views).expect("batched prefill");
-    }
+    prefill_all(&mut runner, &mut sessions, &prompts);
     for step in 0..=steps {
         let mut next = Vec::new();
         for (s, rows) in sessions.iter().zip(&alone) {
@@ -183,8 +194,7 @@ fn batched_decode_matches_sessions_alone() {
             next.push(t);
         }
         if step < steps {
-            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-            runner.decode(&mut refs, &next).expect("batched decode");
+            decode_all(&mut runner, &mut sessions, &next);
         }
     }
     for (s, &n) in sessions.iter().zip(&lens) {
@@ -230,18 +240,13 @@ fn batches_past_the_matvec_match_sessions_alone() {
             .collect();
         let mut sessions: Vec<Session> = prompts.iter().map(|_| paged(&model, 64, 16, 0)).collect();
         let mut runner = BatchRunner::new(model.clone());
-        {
-            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-            let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-            runner.prefill(&mut refs, &views).expect("batched prefill");
-        }
+        prefill_all(&mut runner, &mut sessions, &prompts);
         for step in 0..4 {
             let next: Vec<u32> = alone.iter().map(|s| argmax(s.logits())).collect();
             for (s, &t) in alone.iter_mut().zip(&next) {
                 s.decode(t).expect("decode");
             }
-            let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-            runner.decode(&mut refs, &next).expect("batched decode");
+            decode_all(&mut runner, &mut sessions, &next);
             for (i, (b, a)) in sessions.iter().zip(&alone).enumerate() {
                 let d = rel_diff(b.logits(), a.logits());
                 assert!(
@@ -352,13 +357,11 @@ fn forks_share_the_prompt_and_continue_on_their_own() {
     let firsts: Vec<u32> = (0..8).map(|_| rng.below(n_vocab) as u32).collect();
     let mut runner = BatchRunner::new(model.clone());
     {
-        let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
-        runner.decode(&mut refs, &firsts).expect("first tokens");
+        decode_all(&mut runner, &mut forks, &firsts);
     }
     for _ in 0..5 {
         let next: Vec<u32> = forks.iter().map(|s| argmax(s.logits())).collect();
-        let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
-        runner.decode(&mut refs, &next).expect("continue");
+        decode_all(&mut runner, &mut forks, &next);
     }
     // Positions 45..50: each fork copied the shared partial page (45..47)
     // once and took a fourth page for 48..50; the two full pages stay shared.
@@ -673,15 +676,10 @@ fn batches_of_windowed_sequences_read_their_own_rings() {
         .collect();
     let mut ss: Vec<Session> = prompts.iter().map(|_| paged(&model, 1024, 16, 0)).collect();
     let mut runner = BatchRunner::new(model.clone());
-    {
-        let mut refs: Vec<&mut Session> = ss.iter_mut().collect();
-        let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-        runner.prefill(&mut refs, &views).expect("batched prefill");
-    }
+    prefill_all(&mut runner, &mut ss, &prompts);
     for _ in 0..3 {
         let next: Vec<u32> = ss.iter().map(|s| argmax(s.logits())).collect();
-        let mut refs: Vec<&mut Session> = ss.iter_mut().collect();
-        runner.decode(&mut refs, &next).expect("batched decode");
+        decode_all(&mut runner, &mut ss, &next);
     }
     for (i, s) in ss.iter().enumerate() {
         let mut want = contiguous(&model, 1024);

@@ -224,25 +224,8 @@ fn coop_tiles_match_ref() {
             skinny: false,
         },
         // independent subgroups: 16 rows, K split eight ways
-        CoopTile {
-            wm: 1,
-            wn: 1,
-            wk: 8,
-            tm: 1,
-            tn: 1,
-            bk: 64,
-            skinny: true,
-        },
-        // 2 x 32 rows, K split two ways, 128-column chunks
-        CoopTile {
-            wm: 2,
-            wn: 1,
-            wk: 2,
-            tm: 2,
-            tn: 1,
-            bk: 128,
-            skinny: true,
-        },
+        CoopTile::STREAM,
+        SKINNY_2X32_ROWS,
     ];
     for tile in tiles {
         for (t, rows, cols, n) in [
@@ -266,6 +249,21 @@ fn coop_tiles_match_ref() {
 }
 
 const ALL_TYPES: [QuantType; 13] = QuantType::ALL;
+
+/// Skinny layouts besides `CoopTile::STREAM`: 2 × 32 rows with K split two
+/// ways in 128-column chunks, and four 16-row tiles per subgroup.
+const SKINNY_2X32_ROWS: CoopTile = CoopTile {
+    wm: 2,
+    wk: 2,
+    tm: 2,
+    bk: 128,
+    ..CoopTile::STREAM
+};
+const SKINNY_4_TILES: CoopTile = CoopTile {
+    wk: 4,
+    tm: 4,
+    ..CoopTile::STREAM
+};
 
 #[test]
 fn matvec_every_type_matches_ref() {
@@ -480,15 +478,7 @@ fn coop_epilogue_matches_ref() {
             bk: 64,
             skinny: false,
         },
-        CoopTile {
-            wm: 1,
-            wn: 1,
-            wk: 4,
-            tm: 4,
-            tn: 1,
-            bk: 64,
-            skinny: true,
-        },
+        SKINNY_4_TILES,
     ] {
         for (t, n) in [
             (QuantType::Q4_0, 7),
@@ -1700,8 +1690,8 @@ fn f16_views_refused_where_f32_expected() {
     assert!(r.is_err(), "rms_norm added into f16");
 }
 
-/// The skinny cooperative-matrix kernel with f16 activations loaded
-/// straight into its matrices, and its gated epilogue writing f16: against
+/// The skinny cooperative-matrix kernel with f16 activations (copied into
+/// its staging areas, not converted), and its gated epilogue writing f16: against
 /// the reference on the f16-rounded inputs, for partial tiles of rows and
 /// 16-token blocks, bias and accumulation. Runs where the device has
 /// cooperative matrices.
@@ -1720,24 +1710,8 @@ fn skinny_f16_activations_match_ref() {
             wk: 10,
             ..CoopTile::STREAM
         },
-        CoopTile {
-            wm: 1,
-            wn: 1,
-            wk: 4,
-            tm: 4,
-            tn: 1,
-            bk: 64,
-            skinny: true,
-        },
-        CoopTile {
-            wm: 2,
-            wn: 1,
-            wk: 2,
-            tm: 2,
-            tn: 1,
-            bk: 128,
-            skinny: true,
-        },
+        SKINNY_4_TILES,
+        SKINNY_2X32_ROWS,
     ];
     for tile in tiles {
         for (t, rows, cols, n) in [
