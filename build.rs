@@ -81,6 +81,14 @@ fn kernels() -> Vec<KernelDef> {
         k.push(KernelDef {
             vulkan13: true,
             ..def(
+                format!("matmul_skinny_{t}_f32_norm"),
+                "matmul_skinny.comp",
+                &[(d, "1"), ("NORM_IN", "1")],
+            )
+        });
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(
                 format!("matmul_skinny_{t}_f16"),
                 "matmul_skinny.comp",
                 &[(d, "1"), ("X_F16", "1")],
@@ -103,6 +111,11 @@ fn kernels() -> Vec<KernelDef> {
     k.push(def("rope_f32", "rope.comp", &[]));
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));
     k.push(def("attention_f16_f32", "attention.comp", &[]));
+    k.push(def(
+        "attention_f16_f16",
+        "attention.comp",
+        &[("O_F16", "1")],
+    ));
     k.push(def("attention_rows_f16_f32", "attention_rows.comp", &[]));
     k.push(def(
         "attention_blocks_f16_f32",

@@ -23,6 +23,9 @@
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
+#if defined(O_F16)
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32;
@@ -33,7 +36,12 @@ layout(constant_id = 4) const uint UK = 2;     // keys per key group and iterati
 layout(binding = 0) readonly buffer Q { float data_q[]; };
 layout(binding = 1) buffer K { uint data_k[]; };
 layout(binding = 2) buffer V { uint data_v[]; };
+#if defined(O_F16)
+// The output as f16: the output projection's input in batched decode.
+layout(binding = 3) writeonly buffer O { float16_t data_o[]; };
+#else
 layout(binding = 3) writeonly buffer O { float data_o[]; };
+#endif
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer S { int page_table[]; };
 layout(binding = 6) readonly buffer T { int seq_base[]; };
@@ -183,6 +191,10 @@ void main() {
         for (uint i = 0u; i < G; i++) {
             a += s_acc[i * DS * DPL + d] * exp(s_m[i] - mm);
         }
+#if defined(O_F16)
+        data_o[ob + d] = float16_t(a / ll);
+#else
         data_o[ob + d] = a / ll;
+#endif
     }
 }

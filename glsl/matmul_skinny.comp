@@ -18,9 +18,21 @@
 // X needs 4-element alignment. With X_F16, X holds f16 activations (offsets
 // and strides in halves), copied rather than converted. Binding 6 aliases
 // D as f16 for the gated output of p.flags 128 (common/coop_out.glsl).
+//
+// The RMS norm between two products of batched decode, without a dispatch
+// of its own (~9 us each on the H200 for a few rows): with p.flags 256,
+// the product adding into the residual stream (x += W h) also writes, per
+// token, the sum of squares of each 16 rows it stored (SQ[sq_offset + t *
+// sq_groups + row / 16]). The NORM_IN variant (flag 512, f32 X) reads X as
+// that residual and multiplies it by the norm's weight (binding 8; 1 + w
+// with flag 8) while staging it, each token's 1 / rms from those sums
+// applied to its results at the end. (That code in the plain f32 variant,
+// even untaken, cost it registers and occupancy: llama-1b's down
+// projection at 16 tokens 30.8 -> 43.9 us on the H200.)
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
 #extension GL_KHR_cooperative_matrix : enable
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
@@ -61,16 +73,23 @@ layout(push_constant) uniform Params {
     uint ld_d;        // stride between tokens of D, elements
     uint x_offset;    // element index of X[0, 0] (multiple of 4)
     uint d_offset;    // element index of D[0, 0]
-    uint flags;       // as matmul_coop.comp, and 128: gated output as f16
+    uint flags;       // as matmul_coop.comp, and 128: gated output as f16,
+                      // 256: write sums of squares, 512: normalize X first
+                      // (8: by 1 + w)
     uint rope_rows;
     uint head_dim;
     uint n_rot;
     float attn_factor;
+    uint sq_offset;   // float index of token 0's first sum of squares
+    uint sq_groups;   // sums per token: the producer's rows / 16, rounded up
+    float eps;        // of the norm of flag 512
 } p;
 
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
 layout(binding = 6) buffer DH { float16_t data_dh[]; };
+layout(binding = 7) buffer SQ { float data_sq[]; };
+layout(binding = 8) readonly buffer NW { vec4 data_nw4[]; };
 #define COOP_OUT_F16 1
 
 #include "common/dequant.glsl"
@@ -83,6 +102,8 @@ shared f16vec4 sa[NSG * 16u * S4];
 shared f16vec4 sx[NSG * 16u * S4];
 // Per row group: the sum of its K subgroups' results, token-major 16 x 16 tiles.
 shared float sc[WM * TM * 256u];
+// With flag 512: each token's 1 / rms of the workgroup's 16.
+shared float sr[16];
 
 // This invocation's weights of the next row tile.
 f16vec4 wreg[A_SUBS][8];
@@ -117,6 +138,19 @@ void store_a(uint abase, uint lane) {
     }
 }
 
+// The norm's weight of columns col..col + 3 (flag 512), 1 + w with flag 8.
+vec4 norm_weight(uint col) {
+    if (col >= p.k) {
+        return vec4(0.0);
+    }
+    vec4 w = data_nw4[col / 4u];
+    if ((p.flags & 8u) != 0u) {
+        w += 1.0;
+    }
+    return w;
+}
+
+
 void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint sg = tid / SUBGROUP;
@@ -136,10 +170,61 @@ void main() {
         acc[i] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     }
 
+#if defined(NORM_IN)
+    // The sums of squares of this subgroup's tokens (sg, sg + NSG, ...),
+    // the first 128 per token loaded together with the first weights.
+    const uint PRO_T = (16u + NSG - 1u) / NSG;
+    float part[PRO_T][4];
+    [[unroll]] for (uint it = 0u; it < PRO_T; it++) {
+        const uint tl = sg + it * NSG;
+        const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
+        [[unroll]] for (uint j = 0u; j < 4u; j++) {
+            const uint g = lane + 32u * j;
+            part[it][j] = tl < 16u && tok0 + tl < p.n && g < p.sq_groups ? data_sq[b + g] : 0.0;
+        }
+    }
+#endif
     if (first < chunks) {
         load_a(srow, first, lane);
     }
+#if defined(NORM_IN)
+    [[unroll]] for (uint it = 0u; it < PRO_T; it++) {
+        const uint tl = sg + it * NSG;
+        float ss = (part[it][0] + part[it][1]) + (part[it][2] + part[it][3]);
+        const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
+        if (tl < 16u && tok0 + tl < p.n) {
+            for (uint g = lane + 128u; g < p.sq_groups; g += 32u) {
+                ss += data_sq[b + g];
+            }
+        }
+        ss = subgroupAdd(ss);
+        if (tl < 16u && lane == 0u) {
+            // (tokens past n: 1 / sqrt(eps), never the smallest)
+            sr[tl] = inversesqrt(ss / float(p.k) + p.eps);
+        }
+    }
+    barrier();
+    // One scale for the workgroup's tokens, the smallest 1 / rms: staged
+    // values x * w * scale stay within f16's range (|x| / rms <= sqrt(k)),
+    // and the epilogue multiplies each token's sums by its 1 / rms / scale.
+    // Per-token scales at staging cost registers (8 per invocation) and
+    // with them occupancy: qkv at 16 tokens 20 against 14 us on the H200.
+    float scale = sr[0];
+    [[unroll]] for (uint i = 1u; i < 16u; i++) {
+        scale = min(scale, sr[i]);
+    }
+    scale = min(scale, 65504.0);
+#endif
     for (uint c = first; c < chunks; c += stride) {
+#if defined(NORM_IN)
+        // Where VPC divides 32, all of a lane's vectors share 4 columns:
+        // one load of the norm's weight per chunk.
+        const bool shared_cols = 32u % VPC == 0u;
+        vec4 nw = vec4(1.0);
+        if (shared_cols) {
+            nw = norm_weight(c * BK + 4u * (lane % VPC)) * scale;
+        }
+#endif
         [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
             const uint v = lane + 32u * i;
             const uint t = v / VPC;
@@ -149,7 +234,11 @@ void main() {
 #if defined(X_F16)
                 x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + col) / 4u];
 #else
-                x = f16vec4(data_x4[(p.x_offset + (tok0 + t) * p.ld_x + col) / 4u]);
+                vec4 xf = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + col) / 4u];
+#if defined(NORM_IN)
+                xf *= shared_cols ? nw : norm_weight(col) * scale;
+#endif
+                x = f16vec4(xf);
 #endif
             }
             sx[base + t * S4 + v % VPC] = x;
@@ -201,12 +290,48 @@ void main() {
     }
     // Element e of tile (sm, i): row sm * TM * 16 + 16 i + e % 16, token
     // e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
+    const bool squares = (p.flags & 256u) != 0u;
     for (uint q = tid; q < WM * TM * 256u; q += WGS) {
         const uint e = q % 256u;
         const uint row = row0 + (q / 256u) * 16u + e % 16u;
         const uint t = tok0 + e / 16u;
+#if defined(NORM_IN)
+        const float f = sr[e / 16u] / scale;
+#else
+        const float f = 1.0;
+#endif
         if (row < p.m && t < p.n) {
-            store_out(row, t, sc[q], sc[q ^ 1u]);
+            if (squares) {
+                // (no partners: no rope or gate with flag 256)
+                const uint o = p.d_offset + t * p.ld_d + p.row_offset + row;
+                float v = with_bias(row, sc[q] * f);
+                if ((p.flags & 1u) != 0u) {
+                    v += data_d[o];
+                }
+                data_d[o] = v;
+                sc[q] = v * v;
+            } else {
+                store_out(row, t, sc[q] * f, sc[q ^ 1u] * f);
+            }
+        } else if (squares) {
+            sc[q] = 0.0;
+        }
+    }
+    if (squares) {
+        barrier();
+        for (uint j = tid; j < WM * TM * 16u; j += WGS) {
+            const uint tile = j / 16u;
+            const uint tl = j % 16u;
+            const uint row = row0 + tile * 16u;
+            const uint t = tok0 + tl;
+            if (row < p.m && t < p.n) {
+                float ss = 0.0;
+                // starting at row tl: the 16 tokens' reads fall in distinct banks
+                [[unroll]] for (uint i = 0u; i < 16u; i++) {
+                    ss += sc[tile * 256u + tl * 16u + (i + tl) % 16u];
+                }
+                data_sq[p.sq_offset + t * p.sq_groups + (p.row_offset + row) / 16u] = ss;
+            }
         }
     }
 }

@@ -15,9 +15,9 @@ use combs::ops::attention::{
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, act_ref, record_glu, record_glu_interleaved};
 use combs::ops::linear::{
-    CoopEpilogue, CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape, NormInput,
-    linear_ref, record_linear_coop_folded, record_linear_tiled, record_linear_with, record_matvec,
-    record_matvec_tokens,
+    CoopEpilogue, CoopNorm, CoopTile, LinearVariant, MatvecOptions, MatvecRope, MatvecShape,
+    NormInput, SquareSums, linear_ref, record_linear_coop_folded, record_linear_tiled,
+    record_linear_with, record_matvec, record_matvec_tokens,
 };
 use combs::ops::rms_norm::{NormFlavor, record_rms_norm, record_rms_norm_heads, rms_norm_ref};
 use combs::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope, rope_ref};
@@ -519,9 +519,10 @@ fn coop_epilogue_matches_ref() {
                     View::new(&xb, cols),
                     n,
                     View::new(&out, rows / 2),
+                    false,
                     CoopEpilogue {
                         glu: Some(Activation::Silu),
-                        rope: None,
+                        ..Default::default()
                     },
                 )
                 .expect("record");
@@ -543,8 +544,8 @@ fn coop_epilogue_matches_ref() {
                     View::new(&xb, cols),
                     n,
                     View::new(&out, rows),
+                    false,
                     CoopEpilogue {
-                        glu: None,
                         rope: Some(MatvecRope {
                             rows: 4 * hd,
                             head_dim: hd,
@@ -553,6 +554,7 @@ fn coop_epilogue_matches_ref() {
                             inv_freq: &fb,
                             attn_factor: 0.9,
                         }),
+                        ..Default::default()
                     },
                 )
                 .expect("record");
@@ -1340,6 +1342,48 @@ fn attention_decode_storing_equals_store_then_attend() {
             "window {window}: non-finite output"
         );
         assert_eq!(a, b, "window {window}: outputs differ");
+        // f16 output (batched decode's output projection input): each value
+        // the f32 one rounded once; storing the same rows again changes nothing.
+        let oh = readback(&ctx, (nt * qw).div_ceil(2));
+        run(&ctx, |rec| {
+            let (k, v) = &caches[1];
+            record_decode_attention_storing(
+                rec,
+                q,
+                new,
+                View::new_f16(&oh, qw),
+                nt,
+                shape,
+                k,
+                v,
+                at,
+                opts,
+            )
+            .expect("attention storing, f16 output");
+        });
+        let want: Vec<f32> = b.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+        assert_eq!(read_f16(&oh, nt * qw), want, "window {window}: f16 output");
+        // only the decode kernel writes f16
+        let mut rec = Recording::new(&ctx, false).expect("recording");
+        let (k, v) = &caches[0];
+        for variant in [AttentionVariant::Tiled, AttentionVariant::Rows] {
+            let r = record_attention_with(
+                &mut rec,
+                variant,
+                q,
+                View::new_f16(&oh, qw),
+                nt,
+                shape,
+                k,
+                v,
+                at,
+                opts,
+            );
+            assert!(
+                r.is_err(),
+                "{variant:?} attention wrote f16 without storing"
+            );
+        }
         let mut ka = vec![0u8; bytes as usize];
         let mut kb = vec![0u8; bytes as usize];
         for pick in [0, 1] {
@@ -1779,9 +1823,10 @@ fn skinny_f16_activations_match_ref() {
                     View::new_f16(&xb, cols),
                     n,
                     View::new_f16(&out, rows2 / 2),
+                    false,
                     CoopEpilogue {
                         glu: Some(Activation::Silu),
-                        rope: None,
+                        ..Default::default()
                     },
                 )
                 .expect("record");
@@ -1820,5 +1865,238 @@ fn skinny_f16_activations_match_ref() {
             false,
         );
         assert!(r.is_err(), "f16 rows at {} stride {} taken", x.offset, x.ld);
+    }
+}
+
+/// The RMS norm between two skinny products of batched decode: the product
+/// adding into the residual writes each token's sums of squares per 16 rows
+/// (checked against the squares of what it stored), and the next product
+/// normalizes its f32 input from them (checked against the reference norm
+/// of that residual, rounded to f16 as the kernel stages it), for partial
+/// row tiles, several 16-token blocks, both norm flavours and every skinny
+/// layout. Misuse is refused. Runs where the device has cooperative matrices.
+#[test]
+fn skinny_norm_between_products_matches_ref() {
+    let ctx = gpu();
+    if !LinearVariant::coop_available(&ctx) {
+        eprintln!("no cooperative matrices on this device: skipped");
+        return;
+    }
+    let mut rng = Rng::fresh("skinny_norm");
+    let tiles = [
+        CoopTile::STREAM,
+        CoopTile {
+            wk: 10,
+            ..CoopTile::STREAM
+        },
+        SKINNY_4_TILES,
+        SKINNY_2X32_ROWS,
+    ];
+    let cases = [
+        (
+            QuantType::Q4_0,
+            544usize,
+            256usize,
+            333usize,
+            9usize,
+            NormFlavor::Plain,
+        ),
+        (QuantType::Q4K, 512, 768, 200, 16, NormFlavor::ZeroCentred),
+        (QuantType::Q8_0, 576, 512, 130, 21, NormFlavor::Plain),
+    ];
+    let eps = 1e-5;
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let mut upload = |rng: &mut Rng, t: QuantType, rows: usize, cols: usize| {
+        let bytes = random_weight(rng, t, rows * cols);
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        (w, dequantize_vec(t, &bytes, rows * cols).expect("dequant"))
+    };
+    for tile in tiles {
+        for (t, e, k1, rows2, n, flavor) in cases {
+            // x += W1 h, with the sums of squares of x's new rows
+            let (w1, w1f) = upload(&mut rng, t, e, k1);
+            let (hh, hr) = halves(&rng.normals(n * k1, 1.0));
+            let hb = upload_new(&ctx, bytemuck::cast_slice(&hh), "h f16").expect("upload");
+            let init = rng.normals(n * e, 1.0);
+            let xb = readback(&ctx, n * e);
+            xb.write_slice(0, &init).expect("init");
+            let (offset, groups) = (5, e / 16);
+            let sqb = readback(&ctx, offset + n * groups);
+            let squares = SquareSums {
+                buf: &sqb,
+                offset,
+                groups,
+            };
+            run(&ctx, |rec| {
+                record_linear_coop_folded(
+                    rec,
+                    Some(tile),
+                    &w1,
+                    None,
+                    View::new_f16(&hb, k1),
+                    n,
+                    View::new(&xb, e),
+                    true,
+                    CoopEpilogue {
+                        squares: Some(squares),
+                        ..Default::default()
+                    },
+                )
+                .expect("record");
+            });
+            let y = linear_ref(&w1f, e, k1, &hr, n);
+            let want: Vec<f32> = y.iter().zip(&init).map(|(a, b)| a + b).collect();
+            let x = read(&xb, n * e);
+            let err = rel_err(&x, &want);
+            assert!(err < 2e-3, "{tile:?} {t} {e}x{k1} n={n}: residual {err}");
+            let sq = read(&sqb, offset + n * groups);
+            for tk in 0..n {
+                for g in 0..groups {
+                    let row = &x[tk * e + 16 * g..tk * e + 16 * g + 16];
+                    let want: f64 = row.iter().map(|&v| f64::from(v).powi(2)).sum();
+                    let got = f64::from(sq[offset + tk * groups + g]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want + 1e-6,
+                        "{tile:?} {t} n={n}: squares of token {tk} rows {}.. {got} want {want}",
+                        16 * g
+                    );
+                }
+            }
+
+            // out = W2 norm(x) + bias, the norm from those sums
+            let (w2, w2f) = upload(&mut rng, t, rows2, e);
+            let nw = rng.normals(e, 1.0);
+            let nwb = device_f32(&ctx, &nw);
+            let b = rng.normals(rows2, 0.5);
+            let bb = device_f32(&ctx, &b);
+            let out = readback(&ctx, n * rows2);
+            let norm = CoopNorm {
+                norm: NormInput {
+                    weight: &nwb,
+                    flavor,
+                    eps,
+                },
+                squares,
+            };
+            run(&ctx, |rec| {
+                record_linear_coop_folded(
+                    rec,
+                    Some(tile),
+                    &w2,
+                    Some(&bb),
+                    View::new(&xb, e),
+                    n,
+                    View::new(&out, rows2),
+                    false,
+                    CoopEpilogue {
+                        norm: Some(norm),
+                        ..Default::default()
+                    },
+                )
+                .expect("record");
+            });
+            let xn: Vec<f32> = x
+                .chunks(e)
+                .flat_map(|row| rms_norm_ref(row, Some(&nw), flavor, eps))
+                .collect();
+            let (_, xn) = halves(&xn);
+            let y = linear_ref(&w2f, rows2, e, &xn, n);
+            let want: Vec<f32> = (0..n * rows2).map(|i| y[i] + b[i % rows2]).collect();
+            let err = rel_err(&read(&out, n * rows2), &want);
+            assert!(
+                err < 2e-3,
+                "{tile:?} {t} {rows2}x{e} n={n} {flavor:?}: normed {err}"
+            );
+        }
+    }
+
+    // refused: sums with a gate, from a tile that is not skinny, or into too
+    // small a buffer; a norm of f16 input or from sums of another width
+    let (w, _) = upload(&mut rng, QuantType::Q4_0, 64, 256);
+    let xb = readback(&ctx, 16 * 256);
+    let out = readback(&ctx, 16 * 64);
+    let sqb = readback(&ctx, 16 * 16);
+    let sums = |groups| SquareSums {
+        buf: &sqb,
+        offset: 0,
+        groups,
+    };
+    let nwb = device_f32(&ctx, &rng.normals(256, 1.0));
+    let norm = |groups| CoopNorm {
+        norm: NormInput {
+            weight: &nwb,
+            flavor: NormFlavor::Plain,
+            eps,
+        },
+        squares: sums(groups),
+    };
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    for (what, tile, x, accumulate, epilogue) in [
+        (
+            "sums with a gate",
+            CoopTile::STREAM,
+            View::new(&xb, 256),
+            false,
+            CoopEpilogue {
+                glu: Some(Activation::Silu),
+                squares: Some(sums(4)),
+                ..Default::default()
+            },
+        ),
+        (
+            "sums from matmul_coop",
+            CoopTile::SKINNY,
+            View::new(&xb, 256),
+            true,
+            CoopEpilogue {
+                squares: Some(sums(4)),
+                ..Default::default()
+            },
+        ),
+        (
+            "sums past the buffer",
+            CoopTile::STREAM,
+            View::new(&xb, 256),
+            true,
+            CoopEpilogue {
+                squares: Some(sums(32)),
+                ..Default::default()
+            },
+        ),
+        (
+            "norm of f16 input",
+            CoopTile::STREAM,
+            View::new_f16(&xb, 256),
+            false,
+            CoopEpilogue {
+                norm: Some(norm(16)),
+                ..Default::default()
+            },
+        ),
+        (
+            "norm from sums of 128 columns",
+            CoopTile::STREAM,
+            View::new(&xb, 256),
+            false,
+            CoopEpilogue {
+                norm: Some(norm(8)),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let r = record_linear_coop_folded(
+            &mut rec,
+            Some(tile),
+            &w,
+            None,
+            x,
+            16,
+            View::new(&out, 64),
+            accumulate,
+            epilogue,
+        );
+        assert!(r.is_err(), "{what} taken");
     }
 }

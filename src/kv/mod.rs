@@ -113,6 +113,12 @@ pub trait KvAttention {
     /// # Errors
     /// Shapes the kernels do not support.
     fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()>;
+    /// Whether each of a call's `n_tokens` tokens is the only new one of its
+    /// sequence (decode, batched decode): then GPUs run the decode kernel,
+    /// which can write its output as f16 ([`View::f16`](crate::ops::View)).
+    fn one_per_sequence(&self, n_tokens: usize) -> bool {
+        n_tokens == 1
+    }
 }
 
 /// Per-layer K/V storage for one sequence that also records attention over it.

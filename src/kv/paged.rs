@@ -793,6 +793,10 @@ impl KvAttention for PagedBatchView<'_> {
             },
         )
     }
+
+    fn one_per_sequence(&self, n_tokens: usize) -> bool {
+        self.one_per_sequence || n_tokens == 1
+    }
 }
 
 /// Where a model's page pools live: one per page size, made by the first

@@ -23,8 +23,9 @@ use crate::ops::attention::{AttentionOptions, AttentionShape};
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::{Activation, record_glu, record_glu_interleaved};
 use crate::ops::linear::{
-    CoopEpilogue, Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput, f16_activations,
-    record_linear_coop_folded, record_linear_with, record_matvec_tokens,
+    CoopEpilogue, CoopNorm, Linear, LinearVariant, MatvecOptions, MatvecRope, NormInput,
+    SquareSums, f16_activations, record_linear_coop_folded, record_linear_with,
+    record_matvec_tokens,
 };
 use crate::ops::rms_norm::{record_rms_norm, record_rms_norm_heads};
 use crate::ops::rope::{RopeScaling, RopeShape, RopeStyle, inv_freq, record_rope};
@@ -45,11 +46,13 @@ enum GateUp {
 }
 
 /// The input of the linear layers after a norm: the normalized rows, or the
-/// raw residual with the norm for their matvecs to fold in.
+/// raw residual with the norm for their matvecs, or for the skinny products
+/// of batched decode, to fold in.
 #[derive(Clone, Copy)]
 struct NormedInput<'a> {
     x: View<'a>,
     norm: Option<NormInput<'a>>,
+    coop: Option<CoopNorm<'a>>,
 }
 
 struct Block {
@@ -342,8 +345,9 @@ impl LlamaModel {
         let b = &self.blocks[il];
         let hd = sp.head_dim;
 
-        // The attention norm runs inside the projections' matvecs in decode.
-        let xa = self.norm_input(rec, s, &b.attn_norm, n)?;
+        // The attention norm runs inside the projections' matvecs in decode,
+        // and past the first block inside the products of batched decode.
+        let xa = self.norm_input(rec, s, &b.attn_norm, n, il > 0)?;
         let mut roped = false;
         let (q, k, v) = match &b.qkv {
             Qkv::Separate { q, k, v } => {
@@ -419,7 +423,12 @@ impl LlamaModel {
             rope(rec, k, sp.n_head_kv)?;
         }
 
-        let attn = View::new(&s.attn, sp.n_q());
+        // f16 where the decode kernel writes the output projection's input.
+        let attn = if self.f16_inputs(rec, n) && cache.one_per_sequence(n) {
+            View::new_f16(&s.attn, sp.n_q())
+        } else {
+            View::new(&s.attn, sp.n_q())
+        };
         cache.record_attention(
             rec,
             il,
@@ -444,7 +453,7 @@ impl LlamaModel {
         )?;
         self.residual(rec, &b.wo, attn, b.post_attn_norm.as_ref(), s, n)?;
 
-        let xf = self.norm_input(rec, s, &b.ffn_norm, n)?;
+        let xf = self.norm_input(rec, s, &b.ffn_norm, n, true)?;
         let mut hidden = View::new(&s.hidden, sp.n_ff);
         match &b.gate_up {
             GateUp::Separate { gate, up } => {
@@ -511,6 +520,38 @@ impl LlamaModel {
         self.numerics == Numerics::Exact && f16_activations(rec.context(), n)
     }
 
+    /// Whether the products of `n` tokens that add into the residual stream
+    /// write its sums of squares, and the next ones fold the RMS norm of it
+    /// into their input ([`SquareSums`], [`CoopNorm`]): where they take f16
+    /// activations (the skinny kernel), with no post-norms between, on
+    /// weights whose chunks start at multiples of 16 rows.
+    fn norms_in_products(&self, rec: &Recording, n: usize) -> bool {
+        let rows16 = |w: &Linear| {
+            w.weight
+                .chunks()
+                .iter()
+                .all(|c| c.row_start.is_multiple_of(16))
+        };
+        self.f16_inputs(rec, n)
+            && self.spec.n_q().is_multiple_of(4)
+            && self.spec.n_ff.is_multiple_of(4)
+            && self.blocks.iter().all(|b| {
+                b.post_attn_norm.is_none()
+                    && b.post_ffn_norm.is_none()
+                    && rows16(&b.wo)
+                    && rows16(&b.down)
+            })
+    }
+
+    /// The residual's sums of squares in `s`.
+    fn x_squares<'a>(&self, s: &'a Scratch) -> SquareSums<'a> {
+        SquareSums {
+            buf: &s.x_squares,
+            offset: 0,
+            groups: self.spec.n_embd.div_ceil(16),
+        }
+    }
+
     /// Where a recorded norm of `n` tokens goes: `s.xn`, as f16 where the
     /// products take it so.
     fn norm_output<'a>(&self, rec: &Recording, s: &'a Scratch, n: usize) -> View<'a> {
@@ -523,23 +564,38 @@ impl LlamaModel {
 
     /// The input of the linear layers after an RMS norm with `weight` of the
     /// residual stream: the stream itself with the norm to fold into their
-    /// matvecs, or the norm recorded into `s.xn`.
+    /// matvecs, or into their skinny products where a product wrote the
+    /// stream (`after_product`) with its sums of squares, or the norm
+    /// recorded into `s.xn`.
     fn norm_input<'a>(
         &'a self,
         rec: &mut Recording,
         s: &'a Scratch,
         weight: &'a Arc<Buffer>,
         n: usize,
+        after_product: bool,
     ) -> Result<NormedInput<'a>> {
         let sp = &self.spec;
         let x = View::new(&s.x, sp.n_embd);
+        let norm = NormInput {
+            weight,
+            flavor: sp.norm_flavor,
+            eps: sp.norm_eps,
+        };
         if self.folds(rec, n, x, true) {
             return Ok(NormedInput {
                 x,
-                norm: Some(NormInput {
-                    weight,
-                    flavor: sp.norm_flavor,
-                    eps: sp.norm_eps,
+                norm: Some(norm),
+                coop: None,
+            });
+        }
+        if after_product && self.norms_in_products(rec, n) {
+            return Ok(NormedInput {
+                x,
+                norm: None,
+                coop: Some(CoopNorm {
+                    norm,
+                    squares: self.x_squares(s),
                 }),
             });
         }
@@ -555,7 +611,11 @@ impl LlamaModel {
             sp.norm_eps,
             false,
         )?;
-        Ok(NormedInput { x: xn, norm: None })
+        Ok(NormedInput {
+            x: xn,
+            norm: None,
+            coop: None,
+        })
     }
 
     /// Records `out = W·input` for a normed input. With `glu`, `w`'s rows
@@ -591,7 +651,9 @@ impl LlamaModel {
         rope: Option<MatvecRope<'_>>,
     ) -> Result<bool> {
         let coop = self.linear_variant(rec, n, input.x) == LinearVariant::Coop;
-        if input.norm.is_none() && coop && (rope.is_some() || glu.is_some()) {
+        if input.coop.is_some()
+            || (input.norm.is_none() && coop && (rope.is_some() || glu.is_some()))
+        {
             record_linear_coop_folded(
                 rec,
                 None,
@@ -600,7 +662,13 @@ impl LlamaModel {
                 input.x,
                 n,
                 out,
-                CoopEpilogue { glu, rope },
+                false,
+                CoopEpilogue {
+                    glu,
+                    rope,
+                    norm: input.coop,
+                    squares: None,
+                },
             )?;
             return Ok(true);
         }
@@ -700,6 +768,20 @@ impl LlamaModel {
         let sp = &self.spec;
         let x = View::new(&s.x, sp.n_embd);
         match post_norm {
+            None if self.norms_in_products(rec, n) => record_linear_coop_folded(
+                rec,
+                None,
+                &w.weight,
+                w.bias.as_ref(),
+                input,
+                n,
+                x,
+                true,
+                CoopEpilogue {
+                    squares: Some(self.x_squares(s)),
+                    ..Default::default()
+                },
+            ),
             None => self.linear(rec, s, w, input, n, x, true),
             Some(norm) => {
                 let tmp = View::new(&s.tmp, sp.n_embd);

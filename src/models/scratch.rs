@@ -26,6 +26,11 @@ pub struct Scratch {
     pub x: Arc<Buffer>,
     /// Normalized residual `[max_tokens, n_embd]`.
     pub xn: Arc<Buffer>,
+    /// Sums of squares of the residual, 16 features at a time
+    /// `[max_tokens, ceil(n_embd / 16)]`, written by the products that add
+    /// into it where the next RMS norm folds into the products reading it
+    /// (`ops::linear::SquareSums`).
+    pub x_squares: Arc<Buffer>,
     /// Staging for post-norms `[max_tokens, n_embd]`.
     pub tmp: Arc<Buffer>,
     /// Queries (or fused QKV) `[max_tokens, ld_q]`.
@@ -102,6 +107,7 @@ impl Scratch {
             positions: Buffer::new(ctx, 4 * max_tokens as u64, MemoryKind::Upload, "positions")?,
             x: dev(spec.n_embd, "x")?,
             xn: dev(spec.n_embd, "xn")?,
+            x_squares: dev(spec.n_embd.div_ceil(16), "x squares")?,
             tmp: dev(spec.n_embd, "tmp")?,
             q: dev(ld_q, "q")?,
             k: dev(spec.n_kv(), "k")?,

@@ -272,7 +272,8 @@ pub struct NewRows<'a> {
 /// `n_tokens` queries over it. Where every token is the only new one of its
 /// sequence (`one_per_sequence`: decode, batched decode) and the device runs
 /// the decode kernel, that kernel stores the rows itself, one dispatch
-/// instead of three; otherwise `kv_store` writes them first.
+/// instead of three; otherwise `kv_store` writes them first. Only that
+/// kernel takes an f16 `o` (the next product's input in batched decode).
 ///
 /// # Errors
 /// As [`record_kv_store`] and [`record_attention_with`].
@@ -290,13 +291,18 @@ pub fn record_store_and_attention(
     opts: AttentionOptions,
     one_per_sequence: bool,
 ) -> Result<()> {
-    super::expect_f32("record_store_and_attention", &[q, o])?;
+    super::expect_f32("record_store_and_attention", &[q])?;
     let cpu = rec.context().caps().device_type == ash::vk::PhysicalDeviceType::CPU;
     let variant = if one_per_sequence && !cpu {
         AttentionVariant::Tiled
     } else {
         AttentionVariant::choose(rec.context(), n_tokens, shape)
     };
+    if o.f16 && !(one_per_sequence && variant == AttentionVariant::Tiled) {
+        return Err(ModelError::Internal(format!(
+            "f16 output of {variant:?} attention: only the decode kernel on GPUs writes it"
+        )));
+    }
     if one_per_sequence && variant == AttentionVariant::Tiled {
         return record_decode_attention_storing(
             rec, q, new, o, n_tokens, shape, k_cache, v_cache, at, opts,
@@ -359,7 +365,8 @@ pub fn record_attention_with(
 
 /// Records the decode kernel storing `new` itself (each token the only new
 /// one of its sequence; the caller guarantees it): the path
-/// [`record_store_and_attention`] takes on GPUs, callable on any device.
+/// [`record_store_and_attention`] takes on GPUs, callable on any device;
+/// `o` may be f16.
 ///
 /// # Errors
 /// As [`record_attention_with`].
@@ -376,7 +383,7 @@ pub fn record_decode_attention_storing(
     at: CacheAddressing<'_>,
     opts: AttentionOptions,
 ) -> Result<()> {
-    super::expect_f32("record_decode_attention_storing", &[q, o])?;
+    super::expect_f32("record_decode_attention_storing", &[q])?;
     record_attention_inner(
         rec,
         AttentionVariant::Tiled,
@@ -448,11 +455,20 @@ fn record_attention_inner(
         v_new: pc_u32("v_new", new.map_or(0, |n| n.v.offset))?,
     };
     let ctx = rec.context().clone();
+    if o.f16 && variant != AttentionVariant::Tiled {
+        return Err(ModelError::Internal(format!(
+            "{variant:?} attention cannot write f16 output"
+        )));
+    }
     let (kernel, spec, groups) = match variant {
         AttentionVariant::Tiled => {
             let (wg, ds) = keys_split(&ctx, shape.head_dim);
             (
-                Kernel::AttentionF16F32,
+                if o.f16 {
+                    Kernel::AttentionF16F16
+                } else {
+                    Kernel::AttentionF16F32
+                },
                 vec![
                     wg,
                     kernel_subgroup(&ctx),

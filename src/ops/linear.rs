@@ -75,7 +75,9 @@ pub struct MatmulParams {
     /// Float index of D[0, 0].
     pub d_offset: u32,
     /// 1: accumulate, 2: bias; `matmul_coop.comp` also 16: gated pairs of
-    /// rows, 32: GELU-tanh gate, 64: rope.
+    /// rows, 32: GELU-tanh gate, 64: rope; `matmul_skinny.comp` also 128:
+    /// gated output as f16, 256: sums of squares out, 512: normalized input
+    /// (8: by 1 + w).
     pub flags: u32,
     /// Output rows the folded rope rotates (`matmul_coop.comp`).
     pub rope_rows: u32,
@@ -85,8 +87,14 @@ pub struct MatmulParams {
     pub n_rot: u32,
     /// Multiplier of the rope's cos and sin.
     pub attn_factor: f32,
+    /// Float index of token 0's first sum of squares (`matmul_skinny.comp`).
+    pub sq_offset: u32,
+    /// Sums of squares per token.
+    pub sq_groups: u32,
+    /// Epsilon of the norm folded into the input.
+    pub eps: f32,
 }
-const _: () = assert!(std::mem::size_of::<MatmulParams>() == 56);
+const _: () = assert!(std::mem::size_of::<MatmulParams>() == 68);
 
 const FLAG_ACCUMULATE: u32 = 1;
 const FLAG_BIAS: u32 = 2;
@@ -96,6 +104,8 @@ const FLAG_GLU: u32 = 16;
 const FLAG_GELU: u32 = 32;
 const FLAG_ROPE: u32 = 64;
 const FLAG_OUT_F16: u32 = 128;
+const FLAG_SQUARES_OUT: u32 = 256;
+const FLAG_NORM_IN: u32 = 512;
 const MATVEC_WG: u32 = 128;
 /// Most tokens [`LinearVariant::choose`] gives the matvec kernel on GPUs:
 /// batched decode of a few sequences reads each weight once through L2
@@ -559,12 +569,17 @@ impl Linear {
 }
 
 fn kernel(family: &str, w: &QuantWeight) -> Result<Kernel> {
-    kernel_for(family, w, false)
+    kernel_for(family, w, false, false)
 }
 
-/// The variant of `family` for `w`'s weights and f32 or f16 activations.
-fn kernel_for(family: &str, w: &QuantWeight, f16: bool) -> Result<Kernel> {
-    let act = if f16 { "f16" } else { "f32" };
+/// `family`'s kernel for `w` with f16 activations or f32 ones, normalized
+/// first with `norm` (the skinny kernel's `NORM_IN` variant).
+fn kernel_for(family: &str, w: &QuantWeight, f16: bool, norm: bool) -> Result<Kernel> {
+    let act = match (f16, norm) {
+        (true, _) => "f16",
+        (false, false) => "f32",
+        (false, true) => "f32_norm",
+    };
     Kernel::by_name(&format!("{family}_{}_{act}", w.qtype().name())).ok_or_else(|| {
         ModelError::UnsupportedTensorType {
             tensor: w.name().to_string(),
@@ -702,21 +717,63 @@ pub fn record_linear_tiled(
 
 /// What the cooperative-matrix kernel folds into its stores, as the
 /// single-token matvec does: a gated activation over interleaved gate/up
-/// rows, or the rope of the first rows.
+/// rows, or the rope of the first rows; and, with the skinny tiles of
+/// batched decode, the RMS norm between two products ([`SquareSums`]).
 #[derive(Clone, Copy, Default)]
 pub struct CoopEpilogue<'a> {
     /// The weight's rows alternate gate, up: `out[t, i] = act(gate_i) * up_i`.
     pub glu: Option<Activation>,
     /// Rotate the first output rows at each token's position.
     pub rope: Option<MatvecRope<'a>>,
+    /// Write each token's sums of squares of the stored values, 16 rows
+    /// at a time (skinny tiles; no gate or rope).
+    pub squares: Option<SquareSums<'a>>,
+    /// Normalize the f32 input first, from the sums of squares a previous
+    /// product wrote of it (skinny tiles).
+    pub norm: Option<CoopNorm<'a>>,
+}
+
+/// Per-token sums of squares of a product's output, one for each 16 rows
+/// (`matmul_skinny.comp`, flag 256): what the next product needs to fold the
+/// RMS norm of that output into its input, without a norm dispatch between.
+#[derive(Clone, Copy)]
+pub struct SquareSums<'a> {
+    /// f32 sums, token-major.
+    pub buf: &'a Arc<Buffer>,
+    /// Float index of token 0's first sum.
+    pub offset: usize,
+    /// Sums per token: the producer's rows / 16, rounded up.
+    pub groups: usize,
+}
+
+impl SquareSums<'_> {
+    /// Whether `n` tokens' sums fit the buffer.
+    fn fits(&self, n: usize) -> bool {
+        self.offset + n * self.groups <= (self.buf.size() / 4) as usize
+    }
+}
+
+/// An RMS norm folded into a skinny product's input: the kernel reads the
+/// raw residual and stages `x / rms(x) * w`, the mean of squares from the
+/// sums the residual's producer wrote.
+#[derive(Clone, Copy)]
+pub struct CoopNorm<'a> {
+    /// The norm's weight and flavour.
+    pub norm: NormInput<'a>,
+    /// The input's sums of squares.
+    pub squares: SquareSums<'a>,
 }
 
 /// Records `out = W x (+ bias)` for `n` tokens with the cooperative-matrix
 /// kernel (`tile`, or the one combs picks) and the folded steps of `epilogue`.
 ///
+/// With `accumulate`, `out += W x (+ bias)` (no gate or rope then).
+///
 /// # Errors
 /// No cooperative matrices on this device, unaligned rows of `x`, an odd
-/// gated weight or a chunk splitting a pair of rows, or a value beyond 32 bits.
+/// gated weight or a chunk splitting a pair of rows, sums of squares or a
+/// folded norm where the tile is not skinny or the buffers are too small,
+/// or a value beyond 32 bits.
 #[allow(clippy::too_many_arguments)]
 pub fn record_linear_coop_folded(
     rec: &mut Recording,
@@ -726,6 +783,7 @@ pub fn record_linear_coop_folded(
     x: View<'_>,
     n: usize,
     out: View<'_>,
+    accumulate: bool,
     epilogue: CoopEpilogue<'_>,
 ) -> Result<()> {
     if (epilogue.glu.is_some() || epilogue.rope.is_some())
@@ -747,7 +805,7 @@ pub fn record_linear_coop_folded(
         x,
         n,
         out,
-        false,
+        accumulate,
         epilogue,
     )
 }
@@ -796,6 +854,11 @@ fn record_linear_inner(
             "{variant:?} linear cannot fold a gate or rope (accumulate {accumulate})"
         )));
     }
+    if (epilogue.squares.is_some() || epilogue.norm.is_some()) && variant != LinearVariant::Coop {
+        return Err(ModelError::Internal(format!(
+            "{variant:?} linear neither writes nor reads sums of squares"
+        )));
+    }
     let mut flags =
         if accumulate { FLAG_ACCUMULATE } else { 0 } | if bias.is_some() { FLAG_BIAS } else { 0 };
     if let Some(act) = epilogue.glu {
@@ -816,8 +879,50 @@ fn record_linear_inner(
         }
         flags |= FLAG_OUT_F16;
     }
+    if let Some(sq) = epilogue.squares {
+        if folded
+            || out.f16
+            || sq.groups < w.rows().div_ceil(16)
+            || !sq.fits(n)
+            || w.chunks().iter().any(|c| !c.row_start.is_multiple_of(16))
+        {
+            return Err(ModelError::Internal(format!(
+                "sums of squares of `{}` ({} rows, {} tokens) into {} per token at {} \
+                 of {} bytes: no gate, rope or f16 output, 16-row chunks",
+                w.name(),
+                w.rows(),
+                n,
+                sq.groups,
+                sq.offset,
+                sq.buf.size()
+            )));
+        }
+        flags |= FLAG_SQUARES_OUT;
+    }
+    if let Some(cn) = epilogue.norm {
+        let sq = cn.squares;
+        if x.f16
+            || epilogue.squares.is_some()
+            || sq.groups != k.div_ceil(16)
+            || !sq.fits(n)
+            || cn.norm.weight.size() < 4 * k as u64
+        {
+            return Err(ModelError::Internal(format!(
+                "norm folded into `{}` ({k} columns, {n} tokens) from {} sums per token \
+                 at {}: f32 input, no sums written, sums of {k} columns",
+                w.name(),
+                sq.groups,
+                sq.offset
+            )));
+        }
+        flags |= FLAG_NORM_IN;
+        if cn.norm.flavor == NormFlavor::ZeroCentred {
+            flags |= FLAG_NORM_ZERO_CENTRED;
+        }
+    }
     let rope = epilogue.rope;
     let bias_buf = bias.unwrap_or(x.buf);
+    let sq = epilogue.squares.or(epilogue.norm.map(|c| c.squares));
     for chunk in w.chunks() {
         let nb = chunk.n_rows * k / w.qtype().block_size();
         let bindings = [
@@ -829,6 +934,12 @@ fn record_linear_inner(
             Binding::read(rope.map_or(x.buf, |r| r.inv_freq)),
             // The skinny kernel's f16 alias of D (gated f16 outputs).
             Binding::write(out.buf),
+            match (epilogue.squares, epilogue.norm) {
+                (Some(s), _) => Binding::write(s.buf),
+                (None, Some(c)) => Binding::read(c.squares.buf),
+                (None, None) => Binding::read(x.buf),
+            },
+            Binding::read(epilogue.norm.map_or(x.buf, |c| c.norm.weight)),
         ];
         let mm_params = |x_unit: usize| -> Result<MatmulParams> {
             Ok(MatmulParams {
@@ -846,6 +957,9 @@ fn record_linear_inner(
                 head_dim: pc_u32("head_dim", rope.map_or(2, |r| r.head_dim))?,
                 n_rot: pc_u32("n_rot", rope.map_or(0, |r| r.n_rot))?,
                 attn_factor: rope.map_or(1.0, |r| r.attn_factor),
+                sq_offset: pc_u32("sq_offset", sq.map_or(0, |q| q.offset))?,
+                sq_groups: pc_u32("sq_groups", sq.map_or(0, |q| q.groups))?,
+                eps: epilogue.norm.map_or(0.0, |c| c.norm.eps),
             })
         };
         match variant {
@@ -891,14 +1005,19 @@ fn record_linear_inner(
                         "cooperative tile {tile:?} takes f32 activations only"
                     )));
                 }
-                let n_bindings = if tile.skinny { 7 } else { 6 };
+                if sq.is_some() && !tile.skinny {
+                    return Err(ModelError::Internal(format!(
+                        "cooperative tile {tile:?} neither writes nor reads sums of squares"
+                    )));
+                }
+                let n_bindings = if tile.skinny { 9 } else { 6 };
                 let groups = [
                     pc_u32("groups", chunk.n_rows.div_ceil(tile.bm()))?,
                     pc_u32("groups", n.div_ceil(tile.bn()))?,
                     1,
                 ];
                 rec.dispatch(
-                    kernel_for(tile.family(), w, x.f16)?,
+                    kernel_for(tile.family(), w, x.f16, epilogue.norm.is_some())?,
                     &tile.spec()?,
                     &bindings[..n_bindings],
                     bytemuck::bytes_of(&mm_params(1)?),

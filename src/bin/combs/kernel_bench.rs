@@ -19,8 +19,10 @@ use combs::ops::attention::{
     record_kv_store,
 };
 use combs::ops::linear::{
-    CoopTile, LinearVariant, MatvecOptions, MatvecShape, record_linear_tiled, record_matvec,
+    CoopEpilogue, CoopNorm, CoopTile, LinearVariant, MatvecOptions, MatvecShape, NormInput,
+    SquareSums, record_linear_coop_folded, record_linear_tiled, record_matvec,
 };
+use combs::ops::rms_norm::NormFlavor;
 use combs::quant::{QuantType, QuantWeight};
 
 use crate::CliError;
@@ -75,6 +77,12 @@ pub struct KernelBenchArgs {
     /// decode does.
     #[arg(long)]
     x_f16: bool,
+    /// Also time the skinny tiles with batched decode's RMS norm folded in:
+    /// reading f32 activations normalized from sums of squares (label
+    /// suffix `n`), and adding into the output while writing its sums of
+    /// squares (`q`).
+    #[arg(long)]
+    fold_norm: bool,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -541,6 +549,18 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 "x",
             )?;
             let y = Buffer::new(&ctx, (m.rows * n_max * 4) as u64, MemoryKind::Device, "y")?;
+            // Sums of squares of x (positive) and the norm's weight for --fold-norm.
+            let groups = m.cols.div_ceil(16).max(m.rows.div_ceil(16));
+            let sq: Vec<f32> = random_f32(groups * n_max, 5)
+                .iter()
+                .map(|v| v * v + 1.0)
+                .collect();
+            let sq = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&sq), "sums of squares")?;
+            let nw = combs::gpu::upload_new(
+                &ctx,
+                bytemuck::cast_slice(&random_f32(m.cols, 7)),
+                "norm weight",
+            )?;
             for shape in &shapes {
                 let us = time(&ctx, args.reps, |rec, i| {
                     record_matvec(
@@ -604,6 +624,58 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         )
                     })?;
                     let flop = 2.0 * (m.rows * m.cols * n) as f64;
+                    if args.fold_norm && variant == LinearVariant::Coop && c.skinny {
+                        for (suffix, accumulate) in [("n", false), ("q", true)] {
+                            let squares = SquareSums {
+                                buf: &sq,
+                                offset: 0,
+                                groups: if accumulate {
+                                    m.rows.div_ceil(16)
+                                } else {
+                                    m.cols.div_ceil(16)
+                                },
+                            };
+                            let epilogue = if accumulate {
+                                CoopEpilogue {
+                                    squares: Some(squares),
+                                    ..Default::default()
+                                }
+                            } else {
+                                CoopEpilogue {
+                                    norm: Some(CoopNorm {
+                                        norm: NormInput {
+                                            weight: &nw,
+                                            flavor: NormFlavor::Plain,
+                                            eps: 1e-5,
+                                        },
+                                        squares,
+                                    }),
+                                    ..Default::default()
+                                }
+                            };
+                            let us = time(&ctx, args.reps.min(16), |rec, i| {
+                                record_linear_coop_folded(
+                                    rec,
+                                    Some(c),
+                                    &copies[i % copies.len()],
+                                    None,
+                                    // the norm reads the f32 residual
+                                    if accumulate {
+                                        xv
+                                    } else {
+                                        View::new(&x, m.cols)
+                                    },
+                                    n,
+                                    View::new(&y, m.rows),
+                                    accumulate,
+                                    epilogue,
+                                )
+                            })?;
+                            let label =
+                                format!("co{}x1x{}x{}x1x{}s{suffix} n={n}", c.wm, c.wk, c.tm, c.bk);
+                            print_row(out, &m, t, &label, us, flop / us / 1e6)?;
+                        }
+                    }
                     let label = match (variant, tile) {
                         (LinearVariant::Coop, _) => format!(
                             "co{}x{}x{}x{}x{}x{}{}{}{} n={n}",
