@@ -108,12 +108,47 @@ shared float sr[16];
 // This invocation's weights of the next row tile.
 f16vec4 wreg[A_SUBS][8];
 
+#if defined(DATA_A_Q4_0)
+// Q4_0 straight to f16, two weights per instruction: the bits 0x6400 | q
+// are 1024 + q, less 1032 is q - 8 exactly, and the product with d rounds
+// once, as the f32 path's conversion of its exact product does. At 16
+// tokens the dequantization bounds the products more than their loads.
+void dequant_q4_0_f16(uint nb, uint ib, out f16vec4 w[8]) {
+    const f16vec2 d = f16vec2(float16_t(a_scale(nb, ib, 0u)));
+    const f16vec2 off = f16vec2(float16_t(1032.0));
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        const uint q = data_a[ib * PLANE0_WORDS + k];
+        // Bytes 0 and 2 of each shift, then 1 and 3: elements 4k and
+        // 4k + 2, 4k + 1 and 4k + 3 (low nibbles), 16 on (high ones).
+        const f16vec2 l02 = (unpackFloat2x16((q & 0x000F000Fu) | 0x64006400u) - off) * d;
+        const f16vec2 l13 = (unpackFloat2x16(((q >> 8) & 0x000F000Fu) | 0x64006400u) - off) * d;
+        const f16vec2 h02 = (unpackFloat2x16(((q >> 4) & 0x000F000Fu) | 0x64006400u) - off) * d;
+        const f16vec2 h13 = (unpackFloat2x16(((q >> 12) & 0x000F000Fu) | 0x64006400u) - off) * d;
+        w[k] = f16vec4(l02.x, l13.x, l02.y, l13.y);
+        w[k + 4u] = f16vec4(h02.x, h13.x, h02.y, h13.y);
+    }
+}
+#endif
+
 void load_a(uint row, uint c, uint lane) {
     const uint subs = p.k / 32u;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
         const uint u = lane + 32u * i;
         const uint r = row + u / SPC;
         const uint s = c * SPC + u % SPC;
+#if defined(DATA_A_Q4_0)
+        f16vec4 h[8];
+        if (r < p.m && s < subs) {
+            dequant_q4_0_f16(p.nb, r * subs + s, h);
+        } else {
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                h[j] = f16vec4(0.0);
+            }
+        }
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            wreg[i][j] = h[j];
+        }
+#else
         vec4 w[8];
         if (r < p.m && s < subs) {
             dequant_sub32(p.nb, r * subs + s, w);
@@ -125,6 +160,7 @@ void load_a(uint row, uint c, uint lane) {
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             wreg[i][j] = f16vec4(w[j]);
         }
+#endif
     }
 }
 

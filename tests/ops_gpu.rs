@@ -1794,8 +1794,22 @@ fn skinny_f16_activations_match_ref() {
             let want: Vec<f32> = (0..n * rows)
                 .map(|i| y[i] + b[i % rows] + init[i])
                 .collect();
-            let e = rel_err(&read(&out, n * rows), &want);
+            let got = read(&out, n * rows);
+            let e = rel_err(&got, &want);
             assert!(e < 2e-3, "{tile:?} {t} {rows}x{cols} n={n}: {e}");
+            // The weights reach the matrices as their f16 roundings, each
+            // rounded once (Q4_0 dequantized in f16 arithmetic as well): only
+            // the order of the f32 sums differs.
+            let (_, wh) = halves(&wf);
+            let y = linear_ref(&wh, rows, cols, &xr[..n * cols], n);
+            let want: Vec<f32> = (0..n * rows)
+                .map(|i| y[i] + b[i % rows] + init[i])
+                .collect();
+            let e = rel_err(&got, &want);
+            assert!(
+                e < 2e-5,
+                "{tile:?} {t} {rows}x{cols} n={n}: {e} from f16 weights"
+            );
 
             // gated pairs of rows, out as f16 (inputs small enough that the
             // products of pairs stay inside f16's range)
