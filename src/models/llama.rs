@@ -347,7 +347,8 @@ impl LlamaModel {
 
         // The attention norm runs inside the projections' matvecs in decode,
         // and past the first block inside the products of batched decode.
-        let xa = self.norm_input(rec, s, &b.attn_norm, n, il > 0)?;
+        let fold = self.norms_in_products(rec, cache, n);
+        let xa = self.norm_input(rec, s, &b.attn_norm, n, il > 0 && fold)?;
         let mut roped = false;
         let (q, k, v) = match &b.qkv {
             Qkv::Separate { q, k, v } => {
@@ -451,9 +452,9 @@ impl LlamaModel {
                 },
             },
         )?;
-        self.residual(rec, &b.wo, attn, b.post_attn_norm.as_ref(), s, n)?;
+        self.residual(rec, &b.wo, attn, b.post_attn_norm.as_ref(), s, n, fold)?;
 
-        let xf = self.norm_input(rec, s, &b.ffn_norm, n, true)?;
+        let xf = self.norm_input(rec, s, &b.ffn_norm, n, fold)?;
         let mut hidden = View::new(&s.hidden, sp.n_ff);
         match &b.gate_up {
             GateUp::Separate { gate, up } => {
@@ -492,7 +493,7 @@ impl LlamaModel {
                 }
             }
         }
-        self.residual(rec, &b.down, hidden, b.post_ffn_norm.as_ref(), s, n)
+        self.residual(rec, &b.down, hidden, b.post_ffn_norm.as_ref(), s, n, fold)
     }
 
     /// Whether the linear layers reading `x` for `n` tokens run as matvecs
@@ -522,10 +523,13 @@ impl LlamaModel {
 
     /// Whether the products of `n` tokens that add into the residual stream
     /// write its sums of squares, and the next ones fold the RMS norm of it
-    /// into their input ([`SquareSums`], [`CoopNorm`]): where they take f16
-    /// activations (the skinny kernel), with no post-norms between, on
-    /// weights whose chunks start at multiples of 16 rows.
-    fn norms_in_products(&self, rec: &Recording, n: usize) -> bool {
+    /// into their input ([`SquareSums`], [`CoopNorm`]): in batched decode
+    /// steps (one token per sequence: a prompt's tokens may differ in scale
+    /// by orders of magnitude, and the kernel stages a workgroup's tokens
+    /// with one scale), where the products take f16 activations (the
+    /// skinny kernel), with no post-norms between, on weights whose chunks
+    /// start at multiples of 16 rows.
+    fn norms_in_products(&self, rec: &Recording, cache: &dyn KvAttention, n: usize) -> bool {
         let rows16 = |w: &Linear| {
             w.weight
                 .chunks()
@@ -533,6 +537,7 @@ impl LlamaModel {
                 .all(|c| c.row_start.is_multiple_of(16))
         };
         self.f16_inputs(rec, n)
+            && cache.one_per_sequence(n)
             && self.spec.n_q().is_multiple_of(4)
             && self.spec.n_ff.is_multiple_of(4)
             && self.blocks.iter().all(|b| {
@@ -589,7 +594,7 @@ impl LlamaModel {
                 coop: None,
             });
         }
-        if after_product && self.norms_in_products(rec, n) {
+        if after_product {
             return Ok(NormedInput {
                 x,
                 norm: None,
@@ -755,7 +760,10 @@ impl LlamaModel {
         }
     }
 
-    /// `x += W·input`, or `x += norm(W·input)` where a post-norm follows the projection.
+    /// `x += W·input`, or `x += norm(W·input)` where a post-norm follows
+    /// the projection; with `squares` (where [`Self::norms_in_products`]
+    /// holds), the product also writes the sums of squares of `x`.
+    #[allow(clippy::too_many_arguments)]
     fn residual(
         &self,
         rec: &mut Recording,
@@ -764,11 +772,12 @@ impl LlamaModel {
         post_norm: Option<&Arc<Buffer>>,
         s: &Scratch,
         n: usize,
+        squares: bool,
     ) -> Result<()> {
         let sp = &self.spec;
         let x = View::new(&s.x, sp.n_embd);
         match post_norm {
-            None if self.norms_in_products(rec, n) => record_linear_coop_folded(
+            None if squares => record_linear_coop_folded(
                 rec,
                 None,
                 &w.weight,
