@@ -753,9 +753,12 @@ impl SquareSums<'_> {
     }
 }
 
-/// An RMS norm folded into a skinny product's input: the kernel reads the
-/// raw residual and stages `x / rms(x) * w`, the mean of squares from the
-/// sums the residual's producer wrote.
+/// An RMS norm folded into a skinny product's input, from the sums of
+/// squares the residual's producer wrote: the kernel reads the raw
+/// residual, stages `x * w` scaled by the smallest `1 / rms` of its
+/// workgroup's tokens and applies each token's own at the end. A token of
+/// far smaller rms than its workgroup's largest is staged that much closer
+/// to f16's subnormals: the models fold it into decode steps only.
 #[derive(Clone, Copy)]
 pub struct CoopNorm<'a> {
     /// The norm's weight and flavour.
