@@ -342,11 +342,7 @@ void main() {
             if (squares) {
                 // (no partners: no rope or gate with flag 256)
                 const uint o = p.d_offset + t * p.ld_d + p.row_offset + row;
-                float v = with_bias(row, sc[q] * f);
-                if ((p.flags & 1u) != 0u) {
-                    v += data_d[o];
-                }
-                data_d[o] = v;
+                const float v = store_result(o, with_bias(row, sc[q] * f));
                 sc[q] = v * v;
             } else {
                 store_out(row, t, sc[q] * f, sc[q ^ 1u] * f);

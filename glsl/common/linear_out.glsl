@@ -11,11 +11,13 @@ float with_bias(uint row, float v) {
     return v;
 }
 
-void store_result(uint o, float v) {
+// Returns the value stored.
+float store_result(uint o, float v) {
     if ((p.flags & 1u) != 0u) {
         v += data_d[o];
     }
     data_d[o] = v;
+    return v;
 }
 
 void store_linear(uint o, uint row, float v) {
