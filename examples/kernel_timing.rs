@@ -1,7 +1,7 @@
 //! Times linear (matvec / matmul) per weight type on the default device (development aid).
 use combs::gpu::{Buffer, MemoryKind, Recording, Uploader, upload_new};
-use combs::ops::View;
-use combs::ops::linear::record_linear;
+use combs::ops::Mat;
+use combs::ops::linear::{Input, LinearCall, Output, record_linear};
 use combs::quant::{QuantType, QuantWeight};
 use std::time::Instant;
 
@@ -84,15 +84,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let reps = 20;
             let mut rec = Recording::new(&ctx, false)?;
             for _ in 0..reps {
-                record_linear(
-                    &mut rec,
-                    &w,
-                    None,
-                    View::new(&x, cols),
-                    n,
-                    View::new(&out, rows),
-                    false,
-                )?;
+                let input = Input::F32(Mat::new(&x, n, cols));
+                let output = Output::Store(Mat::new(&out, n, rows));
+                record_linear(&mut rec, &LinearCall::new(&w, None, input, output))?;
             }
             rec.finish()?;
             rec.submit_and_wait()?;

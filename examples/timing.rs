@@ -61,8 +61,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let cache = model.create_kv_cache(&combs::kv::CacheConfig::contiguous(2048))?;
         let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (0..n_prompt as i32).collect();
-        scratch.ids.write_slice(0, &ids)?;
-        scratch.positions.write_slice(0, &pos)?;
+        scratch.ids().write_slice(0, &ids)?;
+        scratch.positions().write_slice(0, &pos)?;
         for n in [n_prompt.min(512), 1] {
             let mut rec = Recording::new(&ctx, true)?;
             model.record_embed(&mut rec, &scratch, n)?;
@@ -94,7 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "plain replay of 1 token: {:.3} ms",
                     t0.elapsed().as_secs_f64() * 1e3 / 50.0
                 );
-                let mut l = vec![0f32; scratch.n_vocab];
+                let mut l = vec![0f32; model.spec().n_vocab];
                 let t0 = Instant::now();
                 for _ in 0..50 {
                     scratch.logits.read_slice(0, &mut l)?;
@@ -105,8 +105,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 );
                 let t0 = Instant::now();
                 for i in 0..50 {
-                    scratch.ids.write_slice(0, &[i])?;
-                    scratch.positions.write_slice(0, &[i])?;
+                    scratch.ids().write_slice(0, &[i])?;
+                    scratch.positions().write_slice(0, &[i])?;
                 }
                 println!(
                     "inputs write: {:.3} ms",

@@ -21,14 +21,7 @@ layout(local_size_x_id = 0) in;
 layout(binding = 0) readonly buffer X { float data_x[]; };
 layout(binding = 1) writeonly buffer D { float data_d[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint width;   // elements per token, a multiple of BLOCK
-    uint ld_x;
-    uint ld_d;
-    uint x_offset;
-    uint d_offset;
-} p;
+#include "iface/act_round.glsl"
 
 #if defined(ROUND_Q8_0)
 #define BLOCK 32

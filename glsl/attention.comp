@@ -14,7 +14,7 @@
 // cache row kv_slot() finds through the token's sequence page table.
 // Grouped-query attention: head h reads KV head h / (n_head / n_head_kv).
 //
-// With p.flags & 1 (decode: every token is the only new one of its
+// With ATTN_STORE_NEW (decode: every token is the only new one of its
 // sequence) the kernel also stores each token's new K/V rows into the cache:
 // the first query head of each KV group writes them, and every head takes
 // the key and value at its own position from the f32 source, rounded to f16
@@ -48,25 +48,7 @@ layout(binding = 6) readonly buffer T { int seq_base[]; };
 layout(binding = 7) readonly buffer KN { float data_kn[]; };
 layout(binding = 8) readonly buffer VN { float data_vn[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint n_head;
-    uint n_head_kv;
-    uint head_dim;    // DS * DPL
-    uint ld_q;
-    uint q_offset;
-    uint ld_o;
-    uint o_offset;
-    float scale;
-    float softcap;    // 0: none
-    uint window;      // 0: full causal attention
-    uint page_size;   // cache rows per page
-    uint ring;        // 0, or the ring size of a window-only cache
-    uint flags;       // 1: store the new K/V rows (see above)
-    uint ld_new;      // floats between tokens of the new K and V rows
-    uint k_new;       // float index of token 0's new K row
-    uint v_new;       // float index of token 0's new V row
-} p;
+#include "iface/attention.glsl"
 
 #include "common/kv_slot.glsl"
 
@@ -102,7 +84,7 @@ void main() {
     const int lo = p.window > 0u ? max(0, pos - int(p.window) + 1) : 0;
     const int base = seq_base[tok];
 
-    const bool fused = (p.flags & 1u) != 0u;
+    const bool fused = (p.flags & ATTN_STORE_NEW) != 0u;
     // This token's new K/V head row in the source (f32).
     const uint kn = p.k_new + tok * p.ld_new + kvh * p.head_dim;
     const uint vn = p.v_new + tok * p.ld_new + kvh * p.head_dim;

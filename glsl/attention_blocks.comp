@@ -30,21 +30,7 @@ layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer S { int page_table[]; };
 layout(binding = 6) readonly buffer T { int seq_base[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint n_head;
-    uint n_head_kv;
-    uint head_dim;    // QT * DPL
-    uint ld_q;
-    uint q_offset;
-    uint ld_o;
-    uint o_offset;
-    float scale;
-    float softcap;    // 0: none
-    uint window;      // 0: full causal attention
-    uint page_size;
-    uint ring;
-} p;
+#include "iface/attention.glsl"
 
 #include "common/kv_slot.glsl"
 

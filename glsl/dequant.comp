@@ -10,11 +10,7 @@ layout(local_size_x_id = 0) in;
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 1) writeonly buffer D { float data_d[]; };
 
-layout(push_constant) uniform Params {
-    uint n;      // weights to expand
-    uint nb;     // blocks in the buffer (plane stride); unused by dense types
-    uint first;  // index of the first weight to expand
-} p;
+#include "iface/dequant.glsl"
 
 #include "common/dequant.glsl"
 

@@ -10,16 +10,7 @@ layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 1) readonly buffer I { int ids[]; };
 layout(binding = 2) writeonly buffer D { vec4 data_d[]; };
 
-layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32)
-    uint nb;          // blocks in this chunk
-    uint row_start;   // first row of the chunk
-    uint n_rows;      // rows in the chunk
-    uint n_tokens;
-    uint ld_d;        // vec4s between tokens of d
-    uint d_offset;    // vec4 index of d[0, 0]
-    float scale;
-} p;
+#include "iface/get_rows.glsl"
 
 #include "common/dequant.glsl"
 

@@ -9,17 +9,7 @@ layout(binding = 0) readonly buffer G { float data_g[]; };
 layout(binding = 1) readonly buffer U { float data_u[]; };
 layout(binding = 2) writeonly buffer D { float data_d[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint width;
-    uint ld_g;
-    uint ld_u;
-    uint ld_d;
-    uint g_offset;
-    uint u_offset;
-    uint d_offset;
-    uint step;        // floats between consecutive columns of g and u (2: interleaved pairs)
-} p;
+#include "iface/glu.glsl"
 
 #include "common/act.glsl"
 

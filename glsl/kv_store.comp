@@ -11,14 +11,7 @@ layout(binding = 2) readonly buffer P { int data_pos[]; };
 layout(binding = 3) readonly buffer PT { int page_table[]; };
 layout(binding = 4) readonly buffer B { int seq_base[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint width;       // floats per token row (n_head_kv * head_dim, even)
-    uint ld;          // floats between tokens of the source
-    uint offset;      // float index of the source's token 0
-    uint page_size;
-    uint ring;
-} p;
+#include "iface/kv_store.glsl"
 
 #include "common/kv_slot.glsl"
 

@@ -20,18 +20,7 @@ layout(binding = 1) readonly buffer X { float data_x[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
-layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32)
-    uint m;           // rows in this chunk
-    uint nb;          // blocks in this chunk
-    uint row_offset;  // output column of the chunk's first row
-    uint n;           // tokens
-    uint ld_x;        // stride between tokens of X, floats
-    uint ld_d;        // stride between tokens of D, floats
-    uint x_offset;    // float index of X[0, 0]
-    uint d_offset;    // float index of D[0, 0]
-    uint flags;       // 1: D += result, 2: add bias[row_offset + row]
-} p;
+#include "iface/tiled.glsl"
 
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"

@@ -12,11 +12,10 @@
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
-// Same bindings and push constants as matmul.comp, and an epilogue that
-// folds in what matvec.comp folds after its dot products (p.flags 16: rows
-// alternate gate, up and D[token, (row_offset + row) / 2] = act(gate) * up,
-// 32: GELU-tanh, else SiLU; 64: llama.cpp's adjacent-pair rope on rows below
-// p.rope_rows at each token's position). X needs 4-float alignment.
+// The bindings of matmul.comp, the push constants of iface/coop.glsl, and an
+// epilogue (common/coop_out.glsl) that folds in what matvec.comp folds after
+// its dot products: the gated activation of interleaved gate/up rows and
+// llama.cpp's adjacent-pair rope. X needs 4-float alignment.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -49,22 +48,7 @@ layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
-layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32)
-    uint m;           // rows in this chunk
-    uint nb;          // blocks in this chunk
-    uint row_offset;  // output column of the chunk's first row
-    uint n;           // tokens
-    uint ld_x;        // stride between tokens of X, floats (multiple of 4)
-    uint ld_d;        // stride between tokens of D, floats
-    uint x_offset;    // float index of X[0, 0] (multiple of 4)
-    uint d_offset;    // float index of D[0, 0]
-    uint flags;       // 1: D += result, 2: add bias[row_offset + row], see above
-    uint rope_rows;   // output rows rotated (q and k heads)
-    uint head_dim;
-    uint n_rot;
-    float attn_factor;
-} p;
+#include "iface/coop.glsl"
 
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
@@ -72,6 +56,7 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
+#include "common/rope.glsl"
 #include "common/coop_out.glsl"
 
 shared float16_t sa[BM * SA];

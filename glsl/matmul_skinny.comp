@@ -17,15 +17,15 @@
 // WM * TM * 16 rows and 16 tokens (gl_WorkGroupID.y: the 16-token block).
 // X needs 4-element alignment. With X_F16, X holds f16 activations (offsets
 // and strides in halves), copied rather than converted. Binding 6 aliases
-// D as f16 for the gated output of p.flags 128 (common/coop_out.glsl).
+// D as f16 for the gated output of LINEAR_OUT_F16 (common/coop_out.glsl).
 //
 // The RMS norm between two products of batched decode, without a dispatch
-// of its own (~9 us each on the H200 for a few rows): with p.flags 256,
+// of its own (~9 us each on the H200 for a few rows): with LINEAR_SQUARES_OUT,
 // the product adding into the residual stream (x += W h) also writes, per
 // token, the sum of squares of each 16 rows it stored (SQ[sq_offset + t *
-// sq_groups + row / 16]). The NORM_IN variant (flag 512, f32 X) reads X as
+// sq_groups + row / 16]). The NORM_IN variant (f32 X) reads X as
 // that residual and multiplies it by the norm's weight (binding 8; 1 + w
-// with flag 8) while staging it, each token's 1 / rms from those sums
+// with LINEAR_NORM_ZERO_CENTRED) while staging it, each token's 1 / rms from those sums
 // applied to its results at the end. (That code in the plain f32 variant,
 // even untaken, cost it registers and occupancy: llama-1b's down
 // projection at 16 tokens 30.8 -> 43.9 us on the H200.)
@@ -63,27 +63,7 @@ layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
-layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32)
-    uint m;           // rows in this chunk
-    uint nb;          // blocks in this chunk
-    uint row_offset;  // output column of the chunk's first row
-    uint n;           // tokens
-    uint ld_x;        // stride between tokens of X, elements (multiple of 4)
-    uint ld_d;        // stride between tokens of D, elements
-    uint x_offset;    // element index of X[0, 0] (multiple of 4)
-    uint d_offset;    // element index of D[0, 0]
-    uint flags;       // as matmul_coop.comp, and 128: gated output as f16,
-                      // 256: write sums of squares, 512: normalize X first
-                      // (8: by 1 + w)
-    uint rope_rows;
-    uint head_dim;
-    uint n_rot;
-    float attn_factor;
-    uint sq_offset;   // float index of token 0's first sum of squares
-    uint sq_groups;   // sums per token: the producer's rows / 16, rounded up
-    float eps;        // of the norm of flag 512
-} p;
+#include "iface/skinny.glsl"
 
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
@@ -95,6 +75,7 @@ layout(binding = 8) readonly buffer NW { vec4 data_nw4[]; };
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
+#include "common/rope.glsl"
 #include "common/coop_out.glsl"
 
 // Per subgroup: one 16-row tile of weights and its 16 tokens of the current chunk.
@@ -102,7 +83,7 @@ shared f16vec4 sa[NSG * 16u * S4];
 shared f16vec4 sx[NSG * 16u * S4];
 // Per row group: the sum of its K subgroups' results, token-major 16 x 16 tiles.
 shared float sc[WM * TM * 256u];
-// With flag 512: each token's 1 / rms of the workgroup's 16.
+// NORM_IN: each token's 1 / rms of the workgroup's 16.
 shared float sr[16];
 
 // This invocation's weights of the next row tile.
@@ -174,13 +155,13 @@ void store_a(uint abase, uint lane) {
     }
 }
 
-// The norm's weight of columns col..col + 3 (flag 512), 1 + w with flag 8.
+// The norm's weight of columns col..col + 3 (NORM_IN), 1 + w with LINEAR_NORM_ZERO_CENTRED.
 vec4 norm_weight(uint col) {
     if (col >= p.k) {
         return vec4(0.0);
     }
     vec4 w = data_nw4[col / 4u];
-    if ((p.flags & 8u) != 0u) {
+    if ((p.flags & LINEAR_NORM_ZERO_CENTRED) != 0u) {
         w += 1.0;
     }
     return w;
@@ -328,7 +309,7 @@ void main() {
     }
     // Element e of tile (sm, i): row sm * TM * 16 + 16 i + e % 16, token
     // e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
-    const bool squares = (p.flags & 256u) != 0u;
+    const bool squares = (p.flags & LINEAR_SQUARES_OUT) != 0u;
     for (uint q = tid; q < WM * TM * 256u; q += WGS) {
         const uint e = q % 256u;
         const uint row = row0 + (q / 256u) * 16u + e % 16u;
@@ -340,7 +321,7 @@ void main() {
 #endif
         if (row < p.m && t < p.n) {
             if (squares) {
-                // (no partners: no rope or gate with flag 256)
+                // (no partners: no rope or gate with LINEAR_SQUARES_OUT)
                 const uint o = p.d_offset + t * p.ld_d + p.row_offset + row;
                 const float v = store_result(o, with_bias(row, sc[q] * f));
                 sc[q] = v * v;

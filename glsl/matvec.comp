@@ -20,16 +20,17 @@
 // the exact float 1 + q / 2^b with one shift and one mask, and the dot
 // product sum(v * x) is corrected with the sum of x (see unit_dot).
 //
-// Optional, by p.flags:
-//   1: accumulate into d (residual add)      2: add bias[row]
-//   4: RMS norm folded into the input: x is the raw residual, the kernel uses
-//      x * norm_w / rms(x) (8: with (1 + norm_w)); the group's lanes cover the
-//      whole row of x, so the sum of squares comes with the loads of x.
-//  16: gated FFN: rows alternate gate, up; d[(row_offset + row) / 2] =
-//      act(gate) * up (32: GELU-tanh, else SiLU); needs NR even.
-//  64: rope (llama.cpp's normal layout, pairs of adjacent dims) on output rows
-//      below p.rope_rows, heads of p.head_dim, first p.n_rot dims of each,
-//      at position pos[token]; needs NR even.
+// Optional, by p.flags (iface/matvec.glsl):
+//   LINEAR_ACCUMULATE: into d (residual add)   LINEAR_BIAS: add bias[row]
+//   LINEAR_NORM: RMS norm folded into the input: x is the raw residual, the
+//      kernel uses x * norm_w / rms(x) (LINEAR_NORM_ZERO_CENTRED: with
+//      (1 + norm_w)); the group's lanes cover the whole row of x, so the sum
+//      of squares comes with the loads of x.
+//   LINEAR_GLU: gated FFN: rows alternate gate, up; d[(row_offset + row) / 2]
+//      = act(gate) * up (LINEAR_GELU: GELU-tanh, else SiLU); needs NR even.
+//   LINEAR_ROPE: llama.cpp's normal layout (pairs of adjacent dims) on output
+//      rows below p.rope_rows, heads of p.head_dim, first p.n_rot dims of
+//      each, at position pos[token]; needs NR even.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -53,27 +54,12 @@ layout(binding = 4) readonly buffer N { vec4 data_norm[]; };
 layout(binding = 5) readonly buffer P { int data_pos[]; };
 layout(binding = 6) readonly buffer F { float inv_freq[]; };
 
-layout(push_constant) uniform Params {
-    uint k;           // columns (a multiple of 32; of 256 for K-quants)
-    uint m;           // rows in this chunk
-    uint nb;          // blocks in this chunk
-    uint row_offset;  // output index of the chunk's first row
-    uint x_offset;    // vec4 index of the input vector
-    uint d_offset;    // output index of row 0 of the whole weight
-    uint flags;       // see above
-    float eps;        // of the folded RMS norm
-    uint rope_rows;   // output rows rotated (q and k heads)
-    uint head_dim;
-    uint n_rot;
-    float attn_factor;
-    uint n_tok;       // tokens (workgroups interleave them)
-    uint ld_x;        // vec4s between tokens of x
-    uint ld_d;        // floats between tokens of d
-} p;
+#include "iface/matvec.glsl"
 
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
+#include "common/rope.glsl"
 
 #if defined(DATA_A_Q4_K) && !defined(Q4K_UNIT32)
 #define USUBS 2       // 32-column sub-blocks per unit: both nibbles of 32 bytes
@@ -232,8 +218,8 @@ void main() {
     const uint per_slice = (units + KS - 1u) / KS;
     const uint u_lo = slice * per_slice;
     const uint u_hi = min(units, u_lo + per_slice);
-    const bool norm = (p.flags & 4u) != 0u;
-    const bool norm1 = (p.flags & 8u) != 0u;
+    const bool norm = (p.flags & LINEAR_NORM) != 0u;
+    const bool norm1 = (p.flags & LINEAR_NORM_ZERO_CENTRED) != 0u;
 
     // acc[NR]: the sum of squares of x for the folded norm.
     float acc[NR + 1];
@@ -372,27 +358,25 @@ void main() {
     [[unroll]] for (uint r = 0u; r < NR; r++) {
         v[r] = with_bias(row0 + r, acc[r] * inv);
     }
-    if ((p.flags & 64u) != 0u) {
+    if ((p.flags & LINEAR_ROPE) != 0u) {
         // The rope kernel's arithmetic, on the values it would have read.
         [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
             const uint o = p.row_offset + row0 + r;
             const uint i = o % p.head_dim;
             if (row0 + r + 1u < p.m && o < p.rope_rows && i < p.n_rot) {
-                const float theta = float(data_pos[tok]) * inv_freq[i / 2u];
-                const float c = cos(theta) * p.attn_factor;
-                const float s = sin(theta) * p.attn_factor;
-                const float x0 = v[r], x1 = v[r + 1u];
-                v[r] = x0 * c - x1 * s;
-                v[r + 1u] = x0 * s + x1 * c;
+                const vec2 rot = rope_pair(v[r], v[r + 1u], data_pos[tok], inv_freq[i / 2u],
+                                           p.attn_factor);
+                v[r] = rot.x;
+                v[r + 1u] = rot.y;
             }
         }
     }
-    if ((p.flags & 16u) != 0u) {
+    if ((p.flags & LINEAR_GLU) != 0u) {
         [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
             const uint row = row0 + r;
             if (row + 1u < p.m) {
                 const float g = v[r];
-                const float a = (p.flags & 32u) != 0u ? act_gelu_tanh(g) : act_silu(g);
+                const float a = (p.flags & LINEAR_GELU) != 0u ? act_gelu_tanh(g) : act_silu(g);
                 data_d[d_off + (p.row_offset + row) / 2u] = a * v[r + 1u];
             }
         }

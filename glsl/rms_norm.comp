@@ -4,7 +4,7 @@
 // come in groups (a token's heads inside a wider row): row = group g, member r.
 // Flags: 1: multiply by (1 + w) instead of w; 2: add the result into d
 // (residual after a post-norm); 4: no weight. With OUT_F16, d is f16 (the
-// input of batched decode's cooperative-matrix products; no flag 2).
+// input of batched decode's cooperative-matrix products; no RMS_NORM_ADD).
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -24,19 +24,7 @@ layout(binding = 2) buffer D { float16_t data_d[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 #endif
 
-layout(push_constant) uniform Params {
-    uint n_cols;
-    uint n_rows;
-    uint ld_x;
-    uint ld_d;
-    uint x_offset;
-    uint d_offset;
-    float eps;
-    uint flags;
-    uint group;       // rows per group (a token's heads)
-    uint ld_group_x;  // floats between groups of x
-    uint ld_group_d;  // floats between groups of d
-} p;
+#include "iface/rms_norm.glsl"
 
 #include "common/reduce.glsl"
 
@@ -45,15 +33,15 @@ const uint RV = 16u;
 
 // d[o] = xhat * w (+ d[o]) for column i.
 void store(uint o, uint i, float xhat) {
-    float w = (p.flags & 4u) != 0u ? 1.0 : data_w[i];
-    if ((p.flags & 1u) != 0u) {
+    float w = (p.flags & RMS_NORM_NO_WEIGHT) != 0u ? 1.0 : data_w[i];
+    if ((p.flags & RMS_NORM_ZERO_CENTRED) != 0u) {
         w += 1.0;
     }
     float r = xhat * w;
 #if defined(OUT_F16)
     data_d[o] = float16_t(r);
 #else
-    if ((p.flags & 2u) != 0u) {
+    if ((p.flags & RMS_NORM_ADD) != 0u) {
         r += data_d[o];
     }
     data_d[o] = r;

@@ -10,16 +10,8 @@ layout(binding = 0) buffer X { float data_x[]; };
 layout(binding = 1) readonly buffer P { int data_pos[]; };
 layout(binding = 2) readonly buffer F { float inv_freq[]; };
 
-layout(push_constant) uniform Params {
-    uint n_tokens;
-    uint n_heads;
-    uint head_dim;
-    uint n_rot;
-    uint ld;          // floats between tokens
-    uint offset;      // float index of token 0, head 0
-    uint neox;        // 0: normal, 1: NeoX
-    float attn_factor;
-} p;
+#include "iface/rope.glsl"
+#include "common/rope.glsl"
 
 void main() {
     const uint i = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
@@ -31,14 +23,10 @@ void main() {
     const uint pair = i % half_rot;
     const uint head = (i / half_rot) % p.n_heads;
     const uint tok = i / (half_rot * p.n_heads);
-    const float theta = float(data_pos[tok]) * inv_freq[pair];
-    const float c = cos(theta) * p.attn_factor;
-    const float s = sin(theta) * p.attn_factor;
     const uint base = p.offset + tok * p.ld + head * p.head_dim;
-    const uint a = base + (p.neox != 0u ? pair : 2u * pair);
-    const uint b = a + (p.neox != 0u ? half_rot : 1u);
-    const float x0 = data_x[a];
-    const float x1 = data_x[b];
-    data_x[a] = x0 * c - x1 * s;
-    data_x[b] = x0 * s + x1 * c;
+    const uint a = base + ((p.flags & ROPE_NEOX) != 0u ? pair : 2u * pair);
+    const uint b = a + ((p.flags & ROPE_NEOX) != 0u ? half_rot : 1u);
+    const vec2 r = rope_pair(data_x[a], data_x[b], data_pos[tok], inv_freq[pair], p.attn_factor);
+    data_x[a] = r.x;
+    data_x[b] = r.y;
 }

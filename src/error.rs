@@ -144,6 +144,18 @@ pub enum ModelError {
         reason: String,
     },
 
+    // ---- kernels ----
+    /// A kernel family asked to do something it does not implement (a call
+    /// forcing a kernel that cannot take its operands, or a layout the
+    /// device cannot run); the planner never picks such a kernel.
+    #[error("kernel `{kernel}` cannot run this call: {reason}")]
+    KernelUnsupported {
+        /// The kernel family.
+        kernel: &'static str,
+        /// What it cannot do.
+        reason: String,
+    },
+
     // ---- wrapping ----
     /// Another error, with where it happened (e.g. which session of a batch).
     #[error("{what}: {source}")]
@@ -162,6 +174,14 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Shorthand for [`ModelError::KernelUnsupported`].
+    pub fn kernel(kernel: &'static str, reason: impl Into<String>) -> Self {
+        ModelError::KernelUnsupported {
+            kernel,
+            reason: reason.into(),
+        }
+    }
+
     /// Shorthand for [`ModelError::InvalidArgument`].
     pub fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
         ModelError::InvalidArgument {

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use combs::formats::gguf::{GgufFile, MetaValue};
 use combs::models::llama::LlamaModel;
 use combs::models::reference::ReferenceModel;
-use combs::models::{ArchSpec, GenerativeModel, LayerKind, LoadOptions, ModelRegistry};
+use combs::models::{ArchSpec, GenerativeModel, LayerKind, LoadOptions, Loaded, ModelRegistry};
 use combs::ops::linear::LinearVariant;
 use combs::runtime::{Model, Session, SessionOptions};
 use common::gpu;
@@ -288,8 +288,9 @@ fn error_with_broken_spec(name: &str, f: &Fixture, break_it: impl FnOnce(&mut Ar
     let g = GgufFile::open(&f.gguf).expect("open");
     let mut spec = ModelRegistry::new().resolve(&g).expect("resolve");
     break_it(&mut spec);
-    let model: Arc<dyn GenerativeModel> =
-        Arc::new(LlamaModel::load(&gpu(), &g, spec, &LoadOptions::default()).expect("load"));
+    let opts = LoadOptions::default();
+    let arch = LlamaModel::load(&gpu(), &g, spec, &opts).expect("load");
+    let model: Arc<dyn GenerativeModel> = Arc::new(Loaded::new(arch, opts.planner()));
     let (tokens, want) = f
         .prompts
         .iter()

@@ -1,11 +1,11 @@
 // The epilogue every linear kernel shares: D[o] = v (+ bias[row_offset + row])
-// (+ D[o]) as p.flags says (1: accumulate into D, 2: add the bias). Needs
+// (+ D[o]) as p.flags says (LINEAR_ACCUMULATE, LINEAR_BIAS). Needs
 // the D and B bindings (data_d, data_bias) and p.flags / p.row_offset.
 // with_bias and store_result are its two halves, for kernels that transform
 // the biased value before storing it (matvec's rope and gated outputs).
 
 float with_bias(uint row, float v) {
-    if ((p.flags & 2u) != 0u) {
+    if ((p.flags & LINEAR_BIAS) != 0u) {
         v += data_bias[p.row_offset + row];
     }
     return v;
@@ -13,7 +13,7 @@ float with_bias(uint row, float v) {
 
 // Returns the value stored.
 float store_result(uint o, float v) {
-    if ((p.flags & 1u) != 0u) {
+    if ((p.flags & LINEAR_ACCUMULATE) != 0u) {
         v += data_d[o];
     }
     data_d[o] = v;

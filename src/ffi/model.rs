@@ -124,6 +124,7 @@ pub unsafe extern "C" fn combs_model_load(
             &LoadOptions {
                 show_progress,
                 numerics,
+                ..LoadOptions::default()
             },
         )
         .map_err(|e| {

@@ -61,7 +61,7 @@ impl From<&ModelError> for combs_status {
             ModelError::NoDevice(_) | ModelError::Vulkan { .. } | ModelError::Allocation { .. } => {
                 COMBS_ERR_DEVICE
             }
-            ModelError::Internal(_) => COMBS_ERR_INTERNAL,
+            ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }
     }

@@ -33,6 +33,12 @@ pub struct Buffer {
     kind: MemoryKind,
 }
 
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({:?}, {} bytes)", self.kind, self.size)
+    }
+}
+
 fn alloc_error(what: &str, bytes: u64, e: gpu_allocator::AllocationError) -> ModelError {
     match e {
         gpu_allocator::AllocationError::OutOfMemory => ModelError::OutOfDeviceMemory {

@@ -18,6 +18,16 @@ pub struct CoopMatShape {
     pub k: u32,
 }
 
+/// What kind of processor runs the kernels: the planner picks other
+/// kernels for a CPU device (lavapipe) than for a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceClass {
+    /// A GPU: discrete, integrated or virtual.
+    Gpu,
+    /// The host's CPU behind a Vulkan driver (Mesa's lavapipe).
+    Cpu,
+}
+
 /// The limits and optional features of one device, as Vulkan reports them.
 #[derive(Clone, Debug)]
 pub struct DeviceCaps {
@@ -100,6 +110,15 @@ impl DeviceCaps {
             return missing("workgroups of 256 invocations");
         }
         Ok(())
+    }
+
+    /// Whether the kernels run on a GPU or on the host's CPU.
+    pub fn class(&self) -> DeviceClass {
+        if self.device_type == vk::PhysicalDeviceType::CPU {
+            DeviceClass::Cpu
+        } else {
+            DeviceClass::Gpu
+        }
     }
 
     /// Whether cooperative-matrix kernels of the 16×16×16 f16 shape can run here.

@@ -342,6 +342,24 @@ impl Recording {
         Ok(())
     }
 
+    /// Records an elementwise dispatch: `threads` invocations in workgroups
+    /// of `wg` (the workgroup size is the kernel's specialization constant
+    /// 0), folded into y where x would pass the device's limit ([`groups_1d`]).
+    ///
+    /// # Errors
+    /// As [`Recording::dispatch`].
+    pub fn dispatch_elementwise(
+        &mut self,
+        kernel: Kernel,
+        wg: u32,
+        bindings: &[Binding<'_>],
+        push: &[u8],
+        threads: u32,
+    ) -> Result<()> {
+        let groups = groups_1d(&self.ctx, threads.div_ceil(wg.max(1)));
+        self.dispatch(kernel, &[wg], bindings, push, groups)
+    }
+
     /// Like [`Recording::dispatch`], with the workgroup counts read by the GPU from
     /// three u32 at `offset` in `args` (so a replay can vary them).
     ///

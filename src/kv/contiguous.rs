@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use super::{AttentionIo, CacheKind, KVCache, KvAttention, LayerGeometry};
+use super::{CacheKind, KVCache, KvAttention, LayerGeometry, LayerKv};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording, run_once};
-use crate::ops::attention::{CacheAddressing, NewRows, record_store_and_attention};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, run_once};
+use crate::ops::kv_store::CacheAddressing;
 
 struct LayerCache {
     k: Arc<Buffer>,
@@ -89,38 +89,33 @@ impl KvAttention for ContiguousKVCache {
         self.n_ctx
     }
 
-    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()> {
+    fn layer_kv<'a>(
+        &'a self,
+        il: usize,
+        n_tokens: usize,
+        positions: &'a Arc<Buffer>,
+    ) -> Result<LayerKv<'a>> {
         let layer = self
             .layers
             .get(il)
             .ok_or_else(|| ModelError::Internal(format!("cache has no layer {il}")))?;
-        if io.n_tokens * 4 > self.seq_base.size() as usize {
+        if n_tokens * 4 > self.seq_base.size() as usize {
             return Err(ModelError::Internal(format!(
-                "{} tokens in one call, cache sized for {}",
-                io.n_tokens,
+                "{n_tokens} tokens in one call, cache sized for {}",
                 self.seq_base.size() / 4
             )));
         }
-        let at = CacheAddressing {
-            positions: io.positions,
-            page_table: &self.page_table,
-            seq_base: &self.seq_base,
-            page_size: layer.rows,
-            ring: layer.ring,
-        };
-        record_store_and_attention(
-            rec,
-            io.q,
-            NewRows { k: io.k, v: io.v },
-            io.o,
-            io.n_tokens,
-            io.shape,
-            &layer.k,
-            &layer.v,
-            at,
-            io.opts,
-            io.n_tokens == 1,
-        )
+        Ok(LayerKv {
+            k: &layer.k,
+            v: &layer.v,
+            at: CacheAddressing {
+                positions,
+                page_table: &self.page_table,
+                seq_base: &self.seq_base,
+                page_size: layer.rows,
+                ring: layer.ring,
+            },
+        })
     }
 }
 

@@ -1,24 +1,25 @@
-//! KV caches: per-layer K and V storage on the device, and the attention
-//! computation over it (the cache decides how positions map to rows, so it
-//! records the K/V store and the attention dispatch itself).
+//! KV caches: per-layer K and V storage on the device, and how a call's
+//! tokens address it ([`KvAttention`]: the cache decides how positions map
+//! to rows; the planner records the store and the attention over them).
 //!
 //! `ContiguousKVCache` holds one sequence in `n_ctx` rows per layer;
 //! `PagedKVCache` (MLC / vLLM style) keeps each sequence in pages of a pool
 //! shared by all sequences of a model, which is what lets several sequences
 //! run in one forward pass and forks share their prompt.
 
+pub mod caches;
 pub mod contiguous;
 pub mod paged;
+pub mod pool;
 
-use std::sync::Arc;
-
+pub use caches::KvCaches;
 pub use contiguous::ContiguousKVCache;
-pub use paged::{PagePool, PageStats, PagedBatchView, PagedKVCache, PoolRegistry};
+pub use paged::{PagedBatchView, PagedKVCache};
+pub use pool::{PagePool, PageStats};
+
+pub use crate::ops::kv_store::{KvAttention, LayerKv};
 
 use crate::error::Result;
-use crate::gpu::{Buffer, Recording};
-use crate::ops::View;
-use crate::ops::attention::{AttentionOptions, AttentionShape};
 
 /// Which cache implementation a session uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -79,46 +80,6 @@ pub struct LayerGeometry {
     pub head_dim: usize,
     /// Sliding window of the layer (0: full attention).
     pub window: usize,
-}
-
-/// What one layer's attention call reads and writes.
-pub struct AttentionIo<'a> {
-    /// Queries, roped: `n_tokens × n_head × head_dim`.
-    pub q: View<'a>,
-    /// New keys, roped: `n_tokens × n_head_kv × head_dim`.
-    pub k: View<'a>,
-    /// New values: `n_tokens × n_head_kv × head_dim`.
-    pub v: View<'a>,
-    /// Output: `n_tokens × n_head × head_dim`.
-    pub o: View<'a>,
-    /// Tokens in this call.
-    pub n_tokens: usize,
-    /// Position of each token (i32, device).
-    pub positions: &'a Arc<Buffer>,
-    /// Head geometry.
-    pub shape: AttentionShape,
-    /// Scale, soft-cap and window.
-    pub opts: AttentionOptions,
-}
-
-/// Something that records one layer's K/V store and attention: a sequence's
-/// cache, or a batch of sequences of one page pool.
-pub trait KvAttention {
-    /// Positions each sequence may hold (LongRoPE models pick their rope
-    /// factors by it).
-    fn n_ctx(&self) -> usize;
-    /// Records the store of this call's K/V rows of layer `il` and the attention
-    /// of its queries over everything the sequence holds up to each query.
-    ///
-    /// # Errors
-    /// Shapes the kernels do not support.
-    fn record_attention(&self, rec: &mut Recording, il: usize, io: &AttentionIo<'_>) -> Result<()>;
-    /// Whether each of a call's `n_tokens` tokens is the only new one of its
-    /// sequence (decode, batched decode): then GPUs run the decode kernel,
-    /// which can write its output as f16 ([`View::f16`](crate::ops::View)).
-    fn one_per_sequence(&self, n_tokens: usize) -> bool {
-        n_tokens == 1
-    }
 }
 
 /// Per-layer K/V storage for one sequence that also records attention over it.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::{GgufFile, TensorInfo};
 use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
+use crate::ops::linear::Linear;
 use crate::quant::{QuantWeight, dequantize_vec};
 
 /// Reads tensors of one file onto one device, counting bytes for a progress bar.
@@ -220,6 +221,70 @@ impl<'a> TensorLoader<'a> {
         } else {
             Ok(None)
         }
+    }
+
+    /// Loads the linear layer `{prefix}.weight` (`rows` × `cols`) with its
+    /// bias `{prefix}.bias`: required where `bias`, else loaded if present.
+    ///
+    /// # Errors
+    /// As [`TensorLoader::matrix`] and [`TensorLoader::vector`].
+    pub fn linear(&mut self, prefix: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        let weight = self.matrix(&format!("{prefix}.weight"), rows, cols)?;
+        let name = format!("{prefix}.bias");
+        let bias = if bias {
+            Some(self.vector(&name, rows)?)
+        } else {
+            self.optional_vector(&name, rows)?
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// Several linear layers over the same input (`(prefix, rows)` each) as
+    /// one weight (see [`TensorLoader::matrix_stack`]), so one product
+    /// computes them all; their biases, where any has one, stacked the same
+    /// way (zeros for the others; every one required where `bias`). `None`
+    /// when their weights are stored in different types.
+    ///
+    /// # Errors
+    /// As [`TensorLoader::matrix_stack`], and a required bias missing.
+    pub fn stacked_linear(
+        &mut self,
+        name: &str,
+        parts: &[(&str, usize)],
+        cols: usize,
+        bias: bool,
+        interleave: bool,
+    ) -> Result<Option<Linear>> {
+        let names: Vec<String> = parts.iter().map(|(p, _)| format!("{p}.weight")).collect();
+        let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let rows: Vec<usize> = parts.iter().map(|&(_, r)| r).collect();
+        let Some(weight) = self.matrix_stack(name, &name_refs, &rows, cols, interleave)? else {
+            return Ok(None);
+        };
+        let mut biases = Vec::with_capacity(parts.len());
+        let mut any = false;
+        for &(p, r) in parts {
+            let bname = format!("{p}.bias");
+            biases.push(if bias || self.has(&bname) {
+                any = true;
+                self.vector_host(&bname, r)?
+            } else {
+                vec![0.0; r]
+            });
+        }
+        let bias = if any {
+            let v: Vec<f32> = if interleave {
+                (0..rows[0])
+                    .flat_map(|i| biases.iter().map(move |b| b[i]))
+                    .collect()
+            } else {
+                biases.concat()
+            };
+            Some(upload_new(&self.ctx, bytemuck::cast_slice(&v), name)?)
+        } else {
+            None
+        };
+        Ok(Some(Linear { weight, bias }))
     }
 
     /// Waits for every upload and clears the progress bar.

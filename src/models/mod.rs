@@ -3,6 +3,13 @@
 //! create_kv_cache): it records GPU work into a caller's `Recording` over a
 //! caller's `Scratch` and `KVCache`, so the runtime decides when to submit,
 //! and can record a decode step once and replay it.
+//!
+//! An architecture file (`llama.rs`) implements [`Architecture`]: its
+//! weights, and *what* each call computes, stated to the planner
+//! (`ops::plan`) that picks the kernels. [`Loaded`] puts an architecture
+//! together with what the runtime needs beside it — the planner's settings,
+//! the activation buffers' shape and the KV caches (`kv::KvCaches`, which
+//! owns the page pools) — and is the `GenerativeModel` the registry returns.
 
 pub mod llama;
 pub mod loader;
@@ -20,7 +27,9 @@ pub use spec::{ArchSpec, Family, LayerKind};
 
 use crate::error::Result;
 use crate::gpu::{GpuContext, Recording};
-use crate::kv::{CacheConfig, KVCache, KvAttention};
+use crate::kv::{CacheConfig, KVCache, KvAttention, KvCaches, LayerGeometry};
+use crate::ops::plan::{Forward, OutputHead, Planner, WorkspaceShape};
+use crate::quant::QuantWeight;
 
 /// A text-generating model resident on the GPU.
 pub trait GenerativeModel: Send + Sync {
@@ -43,14 +52,15 @@ pub trait GenerativeModel: Send + Sync {
     /// Out of device memory.
     fn create_scratch(&self, max_tokens: usize, max_logit_rows: usize) -> Result<Scratch>;
 
-    /// Records the embedding of the `n` token ids in `s.ids` into `s.x`.
+    /// Records the embedding of the `n` token ids in `s`'s ids into its
+    /// residual stream.
     ///
     /// # Errors
     /// Shapes the kernels do not support.
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()>;
 
-    /// Records every transformer block over the `n` rows of `s.x` at the
-    /// positions in `s.positions`, storing their K/V in `cache`.
+    /// Records every transformer block over the `n` rows of the residual
+    /// stream at the positions in `s`, storing their K/V in `cache`.
     ///
     /// # Errors
     /// Shapes the kernels do not support.
@@ -63,7 +73,7 @@ pub trait GenerativeModel: Send + Sync {
     ) -> Result<()>;
 
     /// Records the final norm and output head for rows `first..first + n` of
-    /// `s.x` into rows `out_row..out_row + n` of `s.logits`.
+    /// the residual stream into rows `out_row..out_row + n` of `s.logits`.
     ///
     /// # Errors
     /// More rows than `s.logits` holds.
@@ -85,5 +95,127 @@ pub trait GenerativeModel: Send + Sync {
     fn same_rope(&self, a: usize, b: usize) -> bool {
         let _ = (a, b);
         true
+    }
+}
+
+/// What an architecture file implements: its weights on the device and
+/// what each call computes, stated to the planner through a [`Forward`].
+pub trait Architecture: Send + Sync {
+    /// The resolved architecture.
+    fn spec(&self) -> &ArchSpec;
+
+    /// The device the weights live on.
+    fn context(&self) -> &Arc<GpuContext>;
+
+    /// The geometry of each layer's KV cache rows.
+    fn kv_layers(&self) -> Vec<LayerGeometry>;
+
+    /// The widths of the activations.
+    fn workspace_shape(&self) -> WorkspaceShape;
+
+    /// The token embedding table and its scale.
+    fn embedding(&self) -> (&QuantWeight, f32);
+
+    /// States every block of a call.
+    ///
+    /// # Errors
+    /// Shapes the kernels do not support.
+    fn blocks(&self, f: &mut Forward<'_, '_>) -> Result<()>;
+
+    /// The output head.
+    fn head(&self) -> OutputHead<'_>;
+
+    /// Bytes of weights on the device.
+    fn device_bytes(&self) -> u64;
+
+    /// As [`GenerativeModel::same_rope`].
+    fn same_rope(&self, a: usize, b: usize) -> bool {
+        let _ = (a, b);
+        true
+    }
+}
+
+/// An architecture ready for the runtime: the planner's settings and the
+/// model's KV caches beside its weights.
+pub struct Loaded<A> {
+    arch: A,
+    planner: Planner,
+    caches: KvCaches,
+}
+
+impl<A: Architecture> Loaded<A> {
+    /// `arch` with the planner's settings `planner`.
+    pub fn new(arch: A, planner: Planner) -> Self {
+        let caches = KvCaches::new(arch.context(), arch.kv_layers());
+        Loaded {
+            arch,
+            planner,
+            caches,
+        }
+    }
+
+    /// The architecture.
+    pub fn arch(&self) -> &A {
+        &self.arch
+    }
+}
+
+impl<A: Architecture> GenerativeModel for Loaded<A> {
+    fn spec(&self) -> &ArchSpec {
+        self.arch.spec()
+    }
+
+    fn context(&self) -> &Arc<GpuContext> {
+        self.arch.context()
+    }
+
+    fn create_kv_cache(&self, cfg: &CacheConfig) -> Result<Box<dyn KVCache>> {
+        self.caches.create(cfg)
+    }
+
+    fn create_scratch(&self, max_tokens: usize, max_logit_rows: usize) -> Result<Scratch> {
+        Scratch::new(
+            self.context(),
+            self.arch.workspace_shape(),
+            max_tokens,
+            max_logit_rows,
+            self.planner.numerics != crate::ops::act_round::Numerics::Exact,
+        )
+    }
+
+    fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()> {
+        let (table, scale) = self.arch.embedding();
+        Forward::new(rec, self.planner, &s.work, n)?.embed(table, scale)
+    }
+
+    fn record_blocks(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        cache: &dyn KvAttention,
+        n: usize,
+    ) -> Result<()> {
+        let mut f = Forward::new(rec, self.planner, &s.work, n)?.with_cache(cache);
+        self.arch.blocks(&mut f)
+    }
+
+    fn record_logits(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        first: usize,
+        n: usize,
+        out_row: usize,
+    ) -> Result<()> {
+        let head = self.arch.head();
+        Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, out_row, &s.logits)
+    }
+
+    fn device_bytes(&self) -> u64 {
+        self.arch.device_bytes()
+    }
+
+    fn same_rope(&self, a: usize, b: usize) -> bool {
+        self.arch.same_rope(a, b)
     }
 }

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use super::GenerativeModel;
 use super::llama::LlamaModel;
 use super::spec::{ArchSpec, Family};
+use super::{GenerativeModel, Loaded};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
+use crate::ops::plan::{Fusion, Planner};
 
 /// Loads a generative model of a known family from a GGUF file.
 pub type Loader =
@@ -22,6 +23,22 @@ pub struct LoadOptions {
     pub show_progress: bool,
     /// How linear layers round their inputs (exact, or as llama.cpp's CPU backend).
     pub numerics: crate::ops::act_round::Numerics,
+    /// Whether the planner folds steps into each other's kernels
+    /// (`COMBS_DISABLE_FUSION=1` in the environment turns it off too).
+    pub fusion: Fusion,
+}
+
+impl LoadOptions {
+    /// The planner's settings these options ask for.
+    pub fn planner(&self) -> Planner {
+        Planner {
+            numerics: self.numerics,
+            fusion: match Fusion::from_env() {
+                Fusion::Off => Fusion::Off,
+                Fusion::On => self.fusion,
+            },
+        }
+    }
 }
 
 /// One registered architecture.
@@ -40,7 +57,8 @@ fn load_llama(
     spec: ArchSpec,
     opts: &LoadOptions,
 ) -> Result<Arc<dyn GenerativeModel>> {
-    Ok(Arc::new(LlamaModel::load(ctx, g, spec, opts)?))
+    let arch = LlamaModel::load(ctx, g, spec, opts)?;
+    Ok(Arc::new(Loaded::new(arch, opts.planner())))
 }
 
 /// Every architecture combs runs.

@@ -12,11 +12,10 @@
 //! writes `dequant(quant(x))`, which an exact matmul then turns into the
 //! value of llama.cpp's dot product (up to f32 summation order).
 
-use bytemuck::{Pod, Zeroable};
-
-use super::{ELEMENTWISE_WG, View, pc_u32};
+use super::params::ActRoundParams;
+use super::{ELEMENTWISE_WG, Mat, pc_u32};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Binding, Kernel, Recording, groups_1d};
+use crate::gpu::{Binding, Kernel, Recording};
 use crate::quant::QuantType;
 
 /// How linear layers treat their input activations.
@@ -105,42 +104,29 @@ impl ActRounding {
     }
 }
 
-/// Push constants of `glsl/act_round.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct ActRoundParams {
-    /// Tokens.
-    pub n_tokens: u32,
-    /// Elements per token (a multiple of the block).
-    pub width: u32,
-    /// Floats between tokens of x.
-    pub ld_x: u32,
-    /// Floats between tokens of d.
-    pub ld_d: u32,
-    /// Float index of x's token 0.
-    pub x_offset: u32,
-    /// Float index of d's token 0.
-    pub d_offset: u32,
-}
-const _: () = assert!(std::mem::size_of::<ActRoundParams>() == 24);
-
-/// Records `d = dequant(quant(x))` for `n_tokens` rows of `width`; nothing
-/// for [`ActRounding::None`].
+/// Records `out = dequant(quant(x))` for every row of `x`; nothing for
+/// [`ActRounding::None`].
 ///
 /// # Errors
-/// A width that is not a multiple of the block, or a value beyond 32 bits.
+/// `out` not of `x`'s shape, a width that is not a multiple of the block,
+/// views outside their buffers, or a value beyond 32 bits.
 pub fn record_act_round(
     rec: &mut Recording,
     mode: ActRounding,
-    x: View<'_>,
-    d: View<'_>,
-    n_tokens: usize,
-    width: usize,
+    x: Mat<'_>,
+    out: Mat<'_>,
 ) -> Result<()> {
-    super::expect_f32("record_act_round", &[x, d])?;
     let Some(kernel) = mode.kernel() else {
         return Ok(());
     };
+    let width = x.cols;
+    if out.rows != x.rows || out.cols != width {
+        return Err(ModelError::Shape {
+            tensor: "act_round output".into(),
+            expected: vec![x.rows as u64, width as u64],
+            got: vec![out.rows as u64, out.cols as u64],
+        });
+    }
     if !width.is_multiple_of(mode.block()) {
         return Err(ModelError::invalid(
             "width",
@@ -150,22 +136,23 @@ pub fn record_act_round(
             ),
         ));
     }
+    x.check("act_round input")?;
+    out.check("act_round output")?;
     let params = ActRoundParams {
-        n_tokens: pc_u32("n_tokens", n_tokens)?,
+        n_tokens: pc_u32("n_tokens", x.rows)?,
         width: pc_u32("width", width)?,
         ld_x: pc_u32("ld_x", x.ld)?,
-        ld_d: pc_u32("ld_d", d.ld)?,
+        ld_d: pc_u32("ld_d", out.ld)?,
         x_offset: pc_u32("x_offset", x.offset)?,
-        d_offset: pc_u32("d_offset", d.offset)?,
+        d_offset: pc_u32("d_offset", out.offset)?,
     };
-    let threads = pc_u32("act_round threads", n_tokens * (width / mode.block()))?;
-    let groups = groups_1d(rec.context(), threads.div_ceil(ELEMENTWISE_WG));
-    rec.dispatch(
+    let threads = pc_u32("act_round threads", x.rows * (width / mode.block()))?;
+    rec.dispatch_elementwise(
         kernel,
-        &[ELEMENTWISE_WG],
-        &[Binding::read(x.buf), Binding::write(d.buf)],
+        ELEMENTWISE_WG,
+        &[Binding::read(x.buf), Binding::write(out.buf)],
         bytemuck::bytes_of(&params),
-        groups,
+        threads,
     )
 }
 

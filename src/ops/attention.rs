@@ -1,91 +1,15 @@
-//! `attention` and `kv_store`: causal (optionally sliding-window, optionally
-//! soft-capped) grouped-query attention over an f16 KV cache read through a
-//! page table, with an online softmax so the score matrix is never stored;
-//! and the store of new K/V rows into that cache. Numerics follow llama.cpp's
-//! `ggml_soft_max_ext` over `scale * q·k` (with `ggml_tanh` soft-capping).
+//! `attention`: causal (optionally sliding-window, optionally soft-capped)
+//! grouped-query attention over an f16 KV cache read through a page table,
+//! with an online softmax so the score matrix is never stored; the decode
+//! kernel can also store the call's new K/V rows itself. Numerics follow
+//! llama.cpp's `ggml_soft_max_ext` over `scale * q·k` (with `ggml_tanh`
+//! soft-capping).
 
-use std::sync::Arc;
-
-use bytemuck::{Pod, Zeroable};
-
-use super::{ELEMENTWISE_WG, View, kernel_subgroup, pc_u32};
+use super::kv_store::{KvStoreCall, LayerKv, record_kv_store};
+use super::params::AttentionParams;
+use super::{AnyMat, Mat, kernel_subgroup, pc_u32};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
-
-/// Push constants of `glsl/attention.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct AttentionParams {
-    /// Query tokens.
-    pub n_tokens: u32,
-    /// Query heads.
-    pub n_head: u32,
-    /// KV heads.
-    pub n_head_kv: u32,
-    /// Floats per head.
-    pub head_dim: u32,
-    /// Floats between tokens of q.
-    pub ld_q: u32,
-    /// Float index of q's token 0.
-    pub q_offset: u32,
-    /// Floats between tokens of o.
-    pub ld_o: u32,
-    /// Float index of o's token 0.
-    pub o_offset: u32,
-    /// Multiplier of q·k.
-    pub scale: f32,
-    /// Soft-cap of the scores (0: none).
-    pub softcap: f32,
-    /// Sliding window in positions (0: full).
-    pub window: u32,
-    /// Cache rows per page.
-    pub page_size: u32,
-    /// Ring size of a window-only cache (0: none).
-    pub ring: u32,
-    /// 1: the decode kernel also stores the new K/V rows (see [`NewRows`]).
-    pub flags: u32,
-    /// Floats between tokens of the new K and V rows.
-    pub ld_new: u32,
-    /// Float index of token 0's new K row.
-    pub k_new: u32,
-    /// Float index of token 0's new V row.
-    pub v_new: u32,
-}
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 68);
-
-/// Push constants of `glsl/kv_store.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct KvStoreParams {
-    /// Tokens.
-    pub n_tokens: u32,
-    /// Floats per token row.
-    pub width: u32,
-    /// Floats between tokens of the source.
-    pub ld: u32,
-    /// Float index of the source's token 0.
-    pub offset: u32,
-    /// Cache rows per page.
-    pub page_size: u32,
-    /// Ring size (0: none).
-    pub ring: u32,
-}
-const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 24);
-
-/// Where one layer's K or V cache rows live and how positions map to them.
-#[derive(Clone, Copy)]
-pub struct CacheAddressing<'a> {
-    /// Token positions, one i32 per query token.
-    pub positions: &'a Arc<Buffer>,
-    /// Page tables of all sequences, i32 page indices.
-    pub page_table: &'a Arc<Buffer>,
-    /// Per query token, the index in `page_table` where its sequence's table starts.
-    pub seq_base: &'a Arc<Buffer>,
-    /// Cache rows per page.
-    pub page_size: usize,
-    /// Ring size of a window-only cache, 0 otherwise.
-    pub ring: usize,
-}
+use crate::gpu::{Binding, Kernel, Recording, groups_1d};
 
 /// Head geometry of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -127,7 +51,7 @@ impl AttentionVariant {
     /// H200, 512 tokens of SmolLM2's 9 heads: 122 µs tiled, 335 µs rows;
     /// of Llama-1B's 32: 401 and 367 µs (`combs kernel-bench --attention 512`).
     pub fn choose(ctx: &crate::gpu::GpuContext, n_tokens: usize, shape: AttentionShape) -> Self {
-        if ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
+        if super::is_cpu(ctx) {
             return AttentionVariant::Rows;
         }
         if n_tokens > 1 && blocks_split(ctx, shape.head_dim).is_some() {
@@ -147,7 +71,7 @@ impl AttentionVariant {
 /// size is not fixed.
 fn rows_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> u32 {
     let sg = kernel_subgroup(ctx);
-    if sg <= 1 || ctx.caps().device_type == ash::vk::PhysicalDeviceType::CPU {
+    if sg <= 1 || super::is_cpu(ctx) {
         return 1;
     }
     let mut ds = 1u32;
@@ -206,47 +130,6 @@ fn keys_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> (u32, u32) {
     (wg.max(ds), ds)
 }
 
-/// Records the store of `n_tokens` rows of `width` floats from `src` into `cache` (f16).
-///
-/// # Errors
-/// An odd width or a value beyond 32 bits.
-pub fn record_kv_store(
-    rec: &mut Recording,
-    src: View<'_>,
-    n_tokens: usize,
-    width: usize,
-    cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-) -> Result<()> {
-    super::expect_f32("record_kv_store", &[src])?;
-    if !width.is_multiple_of(2) {
-        return Err(ModelError::invalid("kv width", format!("{width} is odd")));
-    }
-    let params = KvStoreParams {
-        n_tokens: pc_u32("n_tokens", n_tokens)?,
-        width: pc_u32("width", width)?,
-        ld: pc_u32("ld", src.ld)?,
-        offset: pc_u32("offset", src.offset)?,
-        page_size: pc_u32("page_size", at.page_size)?,
-        ring: pc_u32("ring", at.ring)?,
-    };
-    let n = pc_u32("kv_store threads", n_tokens * width / 2)?;
-    let groups = groups_1d(rec.context(), n.div_ceil(ELEMENTWISE_WG));
-    rec.dispatch(
-        Kernel::KvStoreF32F16,
-        &[ELEMENTWISE_WG],
-        &[
-            Binding::read(src.buf),
-            Binding::write(cache),
-            Binding::read(at.positions),
-            Binding::read(at.page_table),
-            Binding::read(at.seq_base),
-        ],
-        bytemuck::bytes_of(&params),
-        groups,
-    )
-}
-
 /// Options of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionOptions {
@@ -258,213 +141,172 @@ pub struct AttentionOptions {
     pub window: usize,
 }
 
-/// The new K and V rows of an attention call (f32, `n_tokens × n_head_kv ×
-/// head_dim`), for the decode kernel to store into the cache itself.
-#[derive(Clone, Copy)]
+/// The new K and V rows of a call (f32, one row of `n_head_kv × head_dim`
+/// per token).
+#[derive(Clone, Copy, Debug)]
 pub struct NewRows<'a> {
     /// Keys, roped.
-    pub k: View<'a>,
+    pub k: Mat<'a>,
     /// Values.
-    pub v: View<'a>,
+    pub v: Mat<'a>,
 }
 
-/// Records the store of the new K/V rows into the cache and the attention of
-/// `n_tokens` queries over it. Where every token is the only new one of its
-/// sequence (`one_per_sequence`: decode, batched decode) and the device runs
-/// the decode kernel, that kernel stores the rows itself, one dispatch
-/// instead of three; otherwise `kv_store` writes them first. Only that
-/// kernel takes an f16 `o` (the next product's input in batched decode).
+/// What happens to the call's new K/V rows.
+#[derive(Clone, Copy, Debug)]
+pub enum NewKv<'a> {
+    /// The cache holds them already.
+    Stored,
+    /// `kv_store` writes them first (two dispatches before the attention).
+    Store(NewRows<'a>),
+    /// The decode kernel stores them itself: every token of the call must
+    /// be the only new one of its sequence (decode, batched decode); the
+    /// caller guarantees it.
+    StoreInKernel(NewRows<'a>),
+}
+
+/// The attention of the queries of a call over everything each one's
+/// sequence holds up to its position.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionCall<'a> {
+    /// Queries, roped: one row of `n_head × head_dim` per token.
+    pub q: Mat<'a>,
+    /// The result, of `q`'s shape; f16 only from the decode kernel storing
+    /// the new rows ([`NewKv::StoreInKernel`]).
+    pub out: AnyMat<'a>,
+    /// The layer's caches.
+    pub kv: LayerKv<'a>,
+    /// The new rows.
+    pub new: NewKv<'a>,
+    /// Head geometry.
+    pub shape: AttentionShape,
+    /// Scale, soft-cap and window.
+    pub opts: AttentionOptions,
+    /// The kernel, instead of the one [`AttentionVariant::choose`] picks
+    /// (tests, tuning); storing in the kernel takes `Tiled`.
+    pub variant: Option<AttentionVariant>,
+}
+
+impl AttentionCall<'_> {
+    /// Checks the head geometry and the operands' shapes.
+    fn check(&self) -> Result<()> {
+        let s = self.shape;
+        if !s.head_dim.is_multiple_of(2)
+            || s.head_dim > MAX_HEAD_DIM
+            || s.n_head_kv == 0
+            || !s.n_head.is_multiple_of(s.n_head_kv)
+        {
+            return Err(ModelError::invalid(
+                "attention shape",
+                format!(
+                    "{} heads, {} KV heads, head dim {} (need an even head dim <= {MAX_HEAD_DIM} \
+                     and KV heads dividing heads)",
+                    s.n_head, s.n_head_kv, s.head_dim
+                ),
+            ));
+        }
+        let (qw, kvw, n) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim, self.q.rows);
+        let bad = |what: &str, rows: usize, cols: usize, want: usize| {
+            Err(ModelError::Shape {
+                tensor: format!("attention {what}"),
+                expected: vec![n as u64, want as u64],
+                got: vec![rows as u64, cols as u64],
+            })
+        };
+        if self.q.cols != qw {
+            return bad("queries", n, self.q.cols, qw);
+        }
+        if self.out.rows() != n || self.out.cols() != qw {
+            return bad("output", self.out.rows(), self.out.cols(), qw);
+        }
+        self.q.check("attention queries")?;
+        self.out.check("attention output")?;
+        if let NewKv::Store(r) | NewKv::StoreInKernel(r) = self.new {
+            for m in [r.k, r.v] {
+                if m.rows != n || m.cols != kvw {
+                    return bad("new rows", m.rows, m.cols, kvw);
+                }
+                m.check("attention new rows")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records the attention (and, as `call.new` says, the store of the new rows).
 ///
 /// # Errors
-/// As [`record_kv_store`] and [`record_attention_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn record_store_and_attention(
-    rec: &mut Recording,
-    q: View<'_>,
-    new: NewRows<'_>,
-    o: View<'_>,
-    n_tokens: usize,
-    shape: AttentionShape,
-    k_cache: &Arc<Buffer>,
-    v_cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-    opts: AttentionOptions,
-    one_per_sequence: bool,
-) -> Result<()> {
-    super::expect_f32("record_store_and_attention", &[q])?;
-    let cpu = rec.context().caps().device_type == ash::vk::PhysicalDeviceType::CPU;
-    let variant = if one_per_sequence && !cpu {
-        AttentionVariant::Tiled
-    } else {
-        AttentionVariant::choose(rec.context(), n_tokens, shape)
+/// Head geometry the kernels do not support, operands of the wrong shape,
+/// an f16 output or a store in a kernel that cannot do it, or a value
+/// beyond 32 bits.
+pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result<()> {
+    call.check()?;
+    let n_tokens = call.q.rows;
+    let variant = match (call.variant, call.new) {
+        (Some(v), _) => v,
+        (None, NewKv::StoreInKernel(_)) => AttentionVariant::Tiled,
+        (None, _) => AttentionVariant::choose(rec.context(), n_tokens, call.shape),
     };
-    if o.f16 && !(one_per_sequence && variant == AttentionVariant::Tiled) {
-        return Err(ModelError::Internal(format!(
-            "f16 output of {variant:?} attention: only the decode kernel on GPUs writes it"
-        )));
-    }
-    if one_per_sequence && variant == AttentionVariant::Tiled {
-        return record_decode_attention_storing(
-            rec, q, new, o, n_tokens, shape, k_cache, v_cache, at, opts,
-        );
-    }
-    let width = shape.n_head_kv * shape.head_dim;
-    record_kv_store(rec, new.k, n_tokens, width, k_cache, at)?;
-    record_kv_store(rec, new.v, n_tokens, width, v_cache, at)?;
-    record_attention_with(
-        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts,
-    )
-}
-
-/// Records attention of `n_tokens` query rows of `q` into `o` with the
-/// variant [`AttentionVariant::choose`] picks.
-///
-/// # Errors
-/// Head geometry the kernel does not support, or a value beyond 32 bits.
-#[allow(clippy::too_many_arguments)]
-pub fn record_attention(
-    rec: &mut Recording,
-    q: View<'_>,
-    o: View<'_>,
-    n_tokens: usize,
-    shape: AttentionShape,
-    k_cache: &Arc<Buffer>,
-    v_cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-    opts: AttentionOptions,
-) -> Result<()> {
-    super::expect_f32("record_attention", &[q, o])?;
-    let variant = AttentionVariant::choose(rec.context(), n_tokens, shape);
-    record_attention_with(
-        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts,
-    )
-}
-
-/// Records attention with an explicit kernel variant.
-///
-/// # Errors
-/// Head geometry the kernel does not support, or a value beyond 32 bits.
-#[allow(clippy::too_many_arguments)]
-pub fn record_attention_with(
-    rec: &mut Recording,
-    variant: AttentionVariant,
-    q: View<'_>,
-    o: View<'_>,
-    n_tokens: usize,
-    shape: AttentionShape,
-    k_cache: &Arc<Buffer>,
-    v_cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-    opts: AttentionOptions,
-) -> Result<()> {
-    super::expect_f32("record_attention_with", &[q, o])?;
-    record_attention_inner(
-        rec, variant, q, o, n_tokens, shape, k_cache, v_cache, at, opts, None,
-    )
-}
-
-/// Records the decode kernel storing `new` itself (each token the only new
-/// one of its sequence; the caller guarantees it): the path
-/// [`record_store_and_attention`] takes on GPUs, callable on any device;
-/// `o` may be f16.
-///
-/// # Errors
-/// As [`record_attention_with`].
-#[allow(clippy::too_many_arguments)]
-pub fn record_decode_attention_storing(
-    rec: &mut Recording,
-    q: View<'_>,
-    new: NewRows<'_>,
-    o: View<'_>,
-    n_tokens: usize,
-    shape: AttentionShape,
-    k_cache: &Arc<Buffer>,
-    v_cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-    opts: AttentionOptions,
-) -> Result<()> {
-    super::expect_f32("record_decode_attention_storing", &[q])?;
-    record_attention_inner(
-        rec,
-        AttentionVariant::Tiled,
-        q,
-        o,
-        n_tokens,
-        shape,
-        k_cache,
-        v_cache,
-        at,
-        opts,
-        Some(new),
-    )
-}
-
-/// Records one attention dispatch. Only the decode kernel (`Tiled`) takes an
-/// f16 `o`; the public entry points refuse it for the others.
-#[allow(clippy::too_many_arguments)]
-fn record_attention_inner(
-    rec: &mut Recording,
-    variant: AttentionVariant,
-    q: View<'_>,
-    o: View<'_>,
-    n_tokens: usize,
-    shape: AttentionShape,
-    k_cache: &Arc<Buffer>,
-    v_cache: &Arc<Buffer>,
-    at: CacheAddressing<'_>,
-    opts: AttentionOptions,
-    new: Option<NewRows<'_>>,
-) -> Result<()> {
-    if let Some(n) = new
-        && (variant != AttentionVariant::Tiled || n.k.ld != n.v.ld)
-    {
-        return Err(ModelError::Internal(format!(
-            "{variant:?} attention cannot store new rows (strides {} and {})",
-            n.k.ld, n.v.ld
-        )));
-    }
-    if !shape.head_dim.is_multiple_of(2)
-        || shape.head_dim > MAX_HEAD_DIM
-        || shape.n_head_kv == 0
-        || !shape.n_head.is_multiple_of(shape.n_head_kv)
-    {
-        return Err(ModelError::invalid(
-            "attention shape",
-            format!(
-                "{} heads, {} KV heads, head dim {} (need an even head dim <= {MAX_HEAD_DIM} \
-                 and KV heads dividing heads)",
-                shape.n_head, shape.n_head_kv, shape.head_dim
-            ),
+    let in_kernel = match call.new {
+        NewKv::StoreInKernel(r) => {
+            if variant != AttentionVariant::Tiled || r.k.ld != r.v.ld {
+                return Err(ModelError::kernel(
+                    "attention",
+                    format!(
+                        "{variant:?} attention cannot store new rows (strides {} and {})",
+                        r.k.ld, r.v.ld
+                    ),
+                ));
+            }
+            Some(r)
+        }
+        NewKv::Store(r) => {
+            for (src, cache) in [(r.k, call.kv.k), (r.v, call.kv.v)] {
+                let at = call.kv.at;
+                record_kv_store(rec, &KvStoreCall { src, cache, at })?;
+            }
+            None
+        }
+        NewKv::Stored => None,
+    };
+    if call.out.dtype() == super::DType::F16 && in_kernel.is_none() {
+        return Err(ModelError::kernel(
+            "attention",
+            "f16 output: only the decode kernel storing the new rows writes it",
         ));
     }
+    let (o_offset, _, _, ld_o) = call.out.layout();
+    let (shape, at) = (call.shape, call.kv.at);
     let params = AttentionParams {
         n_tokens: pc_u32("n_tokens", n_tokens)?,
         n_head: pc_u32("n_head", shape.n_head)?,
         n_head_kv: pc_u32("n_head_kv", shape.n_head_kv)?,
         head_dim: pc_u32("head_dim", shape.head_dim)?,
-        ld_q: pc_u32("ld_q", q.ld)?,
-        q_offset: pc_u32("q_offset", q.offset)?,
-        ld_o: pc_u32("ld_o", o.ld)?,
-        o_offset: pc_u32("o_offset", o.offset)?,
-        scale: opts.scale,
-        softcap: opts.softcap,
-        window: pc_u32("window", opts.window)?,
+        ld_q: pc_u32("ld_q", call.q.ld)?,
+        q_offset: pc_u32("q_offset", call.q.offset)?,
+        ld_o: pc_u32("ld_o", ld_o)?,
+        o_offset: pc_u32("o_offset", o_offset)?,
+        scale: call.opts.scale,
+        softcap: call.opts.softcap,
+        window: pc_u32("window", call.opts.window)?,
         page_size: pc_u32("page_size", at.page_size)?,
         ring: pc_u32("ring", at.ring)?,
-        flags: u32::from(new.is_some()),
-        ld_new: pc_u32("ld_new", new.map_or(0, |n| n.k.ld))?,
-        k_new: pc_u32("k_new", new.map_or(0, |n| n.k.offset))?,
-        v_new: pc_u32("v_new", new.map_or(0, |n| n.v.offset))?,
+        flags: if in_kernel.is_some() {
+            AttentionParams::STORE_NEW
+        } else {
+            0
+        },
+        ld_new: pc_u32("ld_new", in_kernel.map_or(0, |n| n.k.ld))?,
+        k_new: pc_u32("k_new", in_kernel.map_or(0, |n| n.k.offset))?,
+        v_new: pc_u32("v_new", in_kernel.map_or(0, |n| n.v.offset))?,
     };
     let ctx = rec.context().clone();
     let (kernel, spec, groups) = match variant {
         AttentionVariant::Tiled => {
             let (wg, ds) = keys_split(&ctx, shape.head_dim);
             (
-                if o.f16 {
-                    Kernel::AttentionF16F16
-                } else {
-                    Kernel::AttentionF16F32
+                match call.out {
+                    AnyMat::F16(_) => Kernel::AttentionF16F16,
+                    AnyMat::F32(_) => Kernel::AttentionF16F32,
                 },
                 vec![
                     wg,
@@ -478,10 +320,13 @@ fn record_attention_inner(
         }
         AttentionVariant::Blocks => {
             let (qt, bc) = blocks_split(&ctx, shape.head_dim).ok_or_else(|| {
-                ModelError::Internal(format!(
-                    "no query-block layout for head dim {} on this device",
-                    shape.head_dim
-                ))
+                ModelError::kernel(
+                    "attention_blocks",
+                    format!(
+                        "no query-block layout for head dim {} on this device",
+                        shape.head_dim
+                    ),
+                )
             })?;
             let per_wg = (BLOCKS_WG / qt) as usize;
             (
@@ -519,27 +364,27 @@ fn record_attention_inner(
             )
         }
     };
+    let (k_cache, v_cache) = (call.kv.k, call.kv.v);
+    let cache = |b| {
+        if in_kernel.is_some() {
+            Binding::write(b)
+        } else {
+            Binding::read(b)
+        }
+    };
     rec.dispatch(
         kernel,
         &spec,
         &[
-            Binding::read(q.buf),
-            if new.is_some() {
-                Binding::write(k_cache)
-            } else {
-                Binding::read(k_cache)
-            },
-            if new.is_some() {
-                Binding::write(v_cache)
-            } else {
-                Binding::read(v_cache)
-            },
-            Binding::write(o.buf),
+            Binding::read(call.q.buf),
+            cache(k_cache),
+            cache(v_cache),
+            Binding::write(call.out.buf()),
             Binding::read(at.positions),
             Binding::read(at.page_table),
             Binding::read(at.seq_base),
-            Binding::read(new.map_or(q.buf, |n| n.k.buf)),
-            Binding::read(new.map_or(q.buf, |n| n.v.buf)),
+            Binding::read(in_kernel.map_or(call.q.buf, |n| n.k.buf)),
+            Binding::read(in_kernel.map_or(call.q.buf, |n| n.v.buf)),
         ],
         bytemuck::bytes_of(&params),
         groups,

@@ -4,38 +4,19 @@
 
 use std::sync::Arc;
 
-use bytemuck::{Pod, Zeroable};
-
+use super::params::DequantParams;
+use super::pc_u32;
 use crate::error::Result;
-use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording, groups_1d};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording};
 use crate::quant::{QuantType, QuantWeight};
 
-/// Push constants of `glsl/dequant.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct DequantParams {
-    /// Weights to expand.
-    pub n: u32,
-    /// Blocks in the bound weight buffer.
-    pub nb: u32,
-    /// Index (within the buffer) of the first weight to expand.
-    pub first: u32,
-}
-const _: () = assert!(std::mem::size_of::<DequantParams>() == 12);
-
 const WORKGROUP: u32 = 256;
-
-/// The dequant kernel variant for `t`.
-pub fn dequant_kernel(t: QuantType) -> Kernel {
-    Kernel::by_name(&format!("dequant_{}_f32", t.name()))
-        .expect("build.rs compiles a dequant variant for every QuantType")
-}
 
 /// Records expansion of `n` weights starting at weight `first` of `chunk_buffer`
 /// (a chunk of `nb` blocks of `t`) into `out` (f32, at least `4 * n` bytes).
 ///
 /// # Errors
-/// A binding that does not fit the device's limits.
+/// A binding that does not fit the device's limits, or a value beyond 32 bits.
 pub fn record_dequant(
     rec: &mut Recording,
     t: QuantType,
@@ -46,20 +27,19 @@ pub fn record_dequant(
     out: &Arc<Buffer>,
 ) -> Result<()> {
     let params = DequantParams {
-        n: n as u32,
-        nb: nb as u32,
-        first: first as u32,
+        n: pc_u32("n", n)?,
+        nb: pc_u32("nb", nb)?,
+        first: pc_u32("first", first)?,
     };
-    let groups = groups_1d(rec.context(), (n as u32).div_ceil(WORKGROUP));
-    rec.dispatch(
-        dequant_kernel(t),
-        &[WORKGROUP],
+    rec.dispatch_elementwise(
+        Kernel::dequant(t),
+        WORKGROUP,
         &[
             Binding::read(chunk_buffer),
             Binding::write(out).range(0, (4 * n as u64).next_multiple_of(4)),
         ],
         bytemuck::bytes_of(&params),
-        groups,
+        params.n,
     )
 }
 

@@ -1,36 +1,10 @@
 //! `glu`: gated activations `d = act(g) * u` (SwiGLU with SiLU, GeGLU with
 //! tanh-approximated GELU), llama.cpp `ggml_swiglu` / `ggml_geglu` numerics.
 
-use bytemuck::{Pod, Zeroable};
-
-use super::{ELEMENTWISE_WG, View, pc_u32};
-use crate::error::Result;
-use crate::gpu::{Binding, Kernel, Recording, groups_1d};
-
-/// Push constants of `glsl/glu.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct GluParams {
-    /// Tokens.
-    pub n_tokens: u32,
-    /// Elements per token.
-    pub width: u32,
-    /// Floats between tokens of g.
-    pub ld_g: u32,
-    /// Floats between tokens of u.
-    pub ld_u: u32,
-    /// Floats between tokens of d.
-    pub ld_d: u32,
-    /// Float index of g's token 0.
-    pub g_offset: u32,
-    /// Float index of u's token 0.
-    pub u_offset: u32,
-    /// Float index of d's token 0.
-    pub d_offset: u32,
-    /// Floats between consecutive columns of g and u (2: interleaved pairs).
-    pub step: u32,
-}
-const _: () = assert!(std::mem::size_of::<GluParams>() == 36);
+use super::params::GluParams;
+use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Binding, Kernel, Recording};
 
 /// The gate's activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,54 +15,66 @@ pub enum Activation {
     GeluTanh,
 }
 
-/// Records `d = act(g) * u` for `n_tokens` rows of `width`.
-///
-/// # Errors
-/// A value beyond 32 bits.
-pub fn record_glu(
-    rec: &mut Recording,
-    act: Activation,
-    g: View<'_>,
-    u: View<'_>,
-    d: View<'_>,
-    n_tokens: usize,
-    width: usize,
-) -> Result<()> {
-    super::expect_f32("record_glu", &[g, u, d])?;
-    record_glu_step(rec, act, g, u, d, n_tokens, width, 1)
+/// The gate and up values a gated activation reads.
+#[derive(Clone, Copy, Debug)]
+pub enum GluInput<'a> {
+    /// Gate and up in two matrices of the output's shape.
+    Separate {
+        /// The gate.
+        gate: Mat<'a>,
+        /// The up projection.
+        up: Mat<'a>,
+    },
+    /// One matrix whose columns alternate gate, up (twice the output's
+    /// width): a weight whose rows alternate them.
+    Interleaved(Mat<'a>),
 }
 
-/// Records `d[t, c] = act(gu[t, 2c]) * gu[t, 2c + 1]`: gate and up projections
-/// computed by one weight whose rows alternate gate, up (see
-/// `ops::linear::MatvecFusion::glu`).
-///
-/// # Errors
-/// A value beyond 32 bits.
-pub fn record_glu_interleaved(
-    rec: &mut Recording,
-    act: Activation,
-    gu: View<'_>,
-    d: View<'_>,
-    n_tokens: usize,
-    width: usize,
-) -> Result<()> {
-    super::expect_f32("record_glu_interleaved", &[gu, d])?;
-    record_glu_step(rec, act, gu, gu.shift(1), d, n_tokens, width, 2)
+/// `out = act(gate) * up` for every token.
+#[derive(Clone, Copy, Debug)]
+pub struct GluCall<'a> {
+    /// The gate's activation.
+    pub act: Activation,
+    /// Gate and up.
+    pub input: GluInput<'a>,
+    /// The result (tokens × width).
+    pub out: Mat<'a>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn record_glu_step(
-    rec: &mut Recording,
-    act: Activation,
-    g: View<'_>,
-    u: View<'_>,
-    d: View<'_>,
-    n_tokens: usize,
-    width: usize,
-    step: u32,
-) -> Result<()> {
+/// Records the gated activation.
+///
+/// # Errors
+/// Inputs not of the output's shape (twice its width, interleaved), views
+/// outside their buffers, or a value beyond 32 bits.
+pub fn record_glu(rec: &mut Recording, call: &GluCall<'_>) -> Result<()> {
+    let d = call.out;
+    let shape_err = |m: &Mat<'_>, cols: usize| ModelError::Shape {
+        tensor: "glu input".into(),
+        expected: vec![d.rows as u64, cols as u64],
+        got: vec![m.rows as u64, m.cols as u64],
+    };
+    let (g, u, step) = match call.input {
+        GluInput::Separate { gate, up } => {
+            for m in [&gate, &up] {
+                if m.rows != d.rows || m.cols != d.cols {
+                    return Err(shape_err(m, d.cols));
+                }
+            }
+            (gate, up, 1)
+        }
+        GluInput::Interleaved(gu) => {
+            if gu.rows != d.rows || gu.cols != 2 * d.cols {
+                return Err(shape_err(&gu, 2 * d.cols));
+            }
+            (gu, gu.cols_at(1, gu.cols.saturating_sub(1)), 2)
+        }
+    };
+    let width = d.cols;
+    for (m, what) in [(g, "glu gate"), (u, "glu up"), (d, "glu output")] {
+        m.check(what)?;
+    }
     let params = GluParams {
-        n_tokens: pc_u32("n_tokens", n_tokens)?,
+        n_tokens: pc_u32("n_tokens", d.rows)?,
         width: pc_u32("width", width)?,
         ld_g: pc_u32("ld_g", g.ld)?,
         ld_u: pc_u32("ld_u", u.ld)?,
@@ -98,22 +84,20 @@ fn record_glu_step(
         d_offset: pc_u32("d_offset", d.offset)?,
         step,
     };
-    let kernel = match act {
+    let kernel = match call.act {
         Activation::Silu => Kernel::GluSiluF32,
         Activation::GeluTanh => Kernel::GluGeluF32,
     };
-    let n = pc_u32("glu threads", n_tokens * width)?;
-    let groups = groups_1d(rec.context(), n.div_ceil(ELEMENTWISE_WG));
-    rec.dispatch(
+    rec.dispatch_elementwise(
         kernel,
-        &[ELEMENTWISE_WG],
+        ELEMENTWISE_WG,
         &[
             Binding::read(g.buf),
             Binding::read(u.buf),
             Binding::write(d.buf),
         ],
         bytemuck::bytes_of(&params),
-        groups,
+        pc_u32("glu threads", d.rows * width)?,
     )
 }
 

@@ -1,43 +1,14 @@
 //! `rms_norm`: `d = x / sqrt(mean(x²) + eps) * w` per row (llama.cpp
 //! `ggml_rms_norm` then `ggml_mul`), with Gemma's `(1 + w)` flavor, an
-//! unweighted form, and a residual form that adds the result into `d`.
+//! unweighted form, a residual form that adds the result into `d`, and
+//! per-head norms of heads packed in wider rows.
 
 use std::sync::Arc;
 
-use bytemuck::{Pod, Zeroable};
-
-use super::{View, expect_f32, kernel_subgroup, pc_u32};
-use crate::error::Result;
+use super::params::RmsNormParams;
+use super::{AnyMat, Mat, kernel_subgroup, pc_u32};
+use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
-
-/// Push constants of `glsl/rms_norm.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct RmsNormParams {
-    /// Elements per row.
-    pub n_cols: u32,
-    /// Rows.
-    pub n_rows: u32,
-    /// Floats between rows of x.
-    pub ld_x: u32,
-    /// Floats between rows of d.
-    pub ld_d: u32,
-    /// Float index of x's row 0.
-    pub x_offset: u32,
-    /// Float index of d's row 0.
-    pub d_offset: u32,
-    /// Epsilon inside the square root.
-    pub eps: f32,
-    /// 1: (1 + w); 2: add into d; 4: no weight.
-    pub flags: u32,
-    /// Rows per group (a token's heads); rows of a group are `ld_x` / `ld_d` apart.
-    pub group: u32,
-    /// Floats between groups of x.
-    pub ld_group_x: u32,
-    /// Floats between groups of d.
-    pub ld_group_d: u32,
-}
-const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 44);
 
 /// How the normalized row is scaled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +17,64 @@ pub enum NormFlavor {
     Plain,
     /// `x̂ · (1 + w)`, for weights stored zero-centred.
     ZeroCentred,
+}
+
+/// An RMS norm: its weight (`None`: normalize only), flavour and epsilon.
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNorm<'a> {
+    /// The weight, one f32 per column.
+    pub weight: Option<&'a Arc<Buffer>>,
+    /// How the weight scales the normalized row.
+    pub flavor: NormFlavor,
+    /// Epsilon inside the square root.
+    pub eps: f32,
+}
+
+/// A weighted RMS norm: the norms of a block, which the planner may fold
+/// into the products reading their output.
+#[derive(Clone, Copy, Debug)]
+pub struct NormWeight<'a> {
+    /// The weight, one f32 per column.
+    pub weight: &'a Arc<Buffer>,
+    /// How the weight scales the normalized row.
+    pub flavor: NormFlavor,
+    /// Epsilon inside the square root.
+    pub eps: f32,
+}
+
+impl<'a> NormWeight<'a> {
+    /// The norm as a dispatch of its own computes it.
+    pub fn norm(&self) -> RmsNorm<'a> {
+        RmsNorm {
+            weight: Some(self.weight),
+            flavor: self.flavor,
+            eps: self.eps,
+        }
+    }
+}
+
+/// Where a norm's result goes.
+#[derive(Clone, Copy, Debug)]
+pub enum NormOut<'a> {
+    /// Written (rounded once to nearest where the view is f16).
+    Store(AnyMat<'a>),
+    /// Added into f32 rows (a post-norm on its way into the residual).
+    Add(Mat<'a>),
+}
+
+/// An RMS norm of every row of `x` into `out`, or with `head_dim` of every
+/// `head_dim`-wide piece of each row (per-head Q/K norms of heads packed in
+/// wider rows; `out` may then be `x` itself).
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNormCall<'a> {
+    /// The rows to normalize.
+    pub x: Mat<'a>,
+    /// The norm.
+    pub norm: RmsNorm<'a>,
+    /// The result, of `x`'s shape.
+    pub out: NormOut<'a>,
+    /// Normalize each piece of this many columns on its own (`None`: whole rows).
+    pub head_dim: Option<usize>,
 }
 
 /// Invocations per row. A few rows (batched decode) take 256, so that each
@@ -64,128 +93,76 @@ fn workgroup_size(n_rows: usize, n_cols: usize) -> u32 {
     }
 }
 
-/// Records an RMS norm of `n_rows` rows of `n_cols` from `x` into `d`.
-/// `weight` of `None` normalizes only; `add` adds the result into `d`.
-/// `d` may be f16 (rounded once, to nearest), except with `add`.
+/// Records an RMS norm.
 ///
 /// # Errors
-/// A value beyond 32 bits.
-#[allow(clippy::too_many_arguments)]
-pub fn record_rms_norm(
-    rec: &mut Recording,
-    x: View<'_>,
-    weight: Option<&Arc<Buffer>>,
-    flavor: NormFlavor,
-    d: View<'_>,
-    n_rows: usize,
-    n_cols: usize,
-    eps: f32,
-    add: bool,
-) -> Result<()> {
-    let g = Grouping {
-        group: n_rows.max(1),
-        ld_group_x: 0,
-        ld_group_d: 0,
+/// `out` not of `x`'s shape, `head_dim` not dividing the rows, views
+/// outside their buffers, or a value beyond 32 bits.
+pub fn record_rms_norm(rec: &mut Recording, call: &RmsNormCall<'_>) -> Result<()> {
+    let x = call.x;
+    let (out, add) = match call.out {
+        NormOut::Store(m) => (m, false),
+        NormOut::Add(m) => (AnyMat::F32(m), true),
     };
-    record(rec, x, weight, flavor, d, n_rows, n_cols, eps, add, g)
-}
-
-/// Records an RMS norm, in place, of every head of `n_tokens` tokens of
-/// `x`: head `h` of token `t` is the `head_dim` floats at
-/// `x.offset + t * x.ld + h * head_dim` (per-head Q/K norms, with heads
-/// packed in rows wider than them).
-///
-/// # Errors
-/// A value beyond 32 bits.
-#[allow(clippy::too_many_arguments)]
-pub fn record_rms_norm_heads(
-    rec: &mut Recording,
-    x: View<'_>,
-    weight: Option<&Arc<Buffer>>,
-    flavor: NormFlavor,
-    n_tokens: usize,
-    heads: usize,
-    head_dim: usize,
-    eps: f32,
-) -> Result<()> {
-    let g = Grouping {
-        group: heads.max(1),
-        ld_group_x: x.ld,
-        ld_group_d: x.ld,
-    };
-    expect_f32("rms_norm of heads", &[x])?;
-    let rows = View { ld: head_dim, ..x };
-    record(
-        rec,
-        rows,
-        weight,
-        flavor,
-        rows,
-        n_tokens * heads,
-        head_dim,
-        eps,
-        false,
-        g,
-    )
-}
-
-/// Rows in groups: row r lies at group (r / group), member (r % group).
-struct Grouping {
-    group: usize,
-    ld_group_x: usize,
-    ld_group_d: usize,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn record(
-    rec: &mut Recording,
-    x: View<'_>,
-    weight: Option<&Arc<Buffer>>,
-    flavor: NormFlavor,
-    d: View<'_>,
-    n_rows: usize,
-    n_cols: usize,
-    eps: f32,
-    add: bool,
-    g: Grouping,
-) -> Result<()> {
-    expect_f32("rms_norm input", &[x])?;
-    if add && d.f16 {
-        return Err(crate::error::ModelError::Internal(
-            "rms_norm cannot add into f16".into(),
-        ));
+    let (d_offset, d_rows, d_cols, d_ld) = out.layout();
+    if d_rows != x.rows || d_cols != x.cols {
+        return Err(ModelError::Shape {
+            tensor: "rms_norm output".into(),
+            expected: vec![x.rows as u64, x.cols as u64],
+            got: vec![d_rows as u64, d_cols as u64],
+        });
     }
-    let flags = match flavor {
-        NormFlavor::Plain => 0,
-        NormFlavor::ZeroCentred => 1,
-    } | if add { 2 } else { 0 }
-        | if weight.is_none() { 4 } else { 0 };
+    x.check("rms_norm input")?;
+    out.check("rms_norm output")?;
+    // Rows in groups: row r lies at group r / group, member r % group.
+    let (n_rows, n_cols, group, ld_x, ld_d, ld_group_x, ld_group_d) = match call.head_dim {
+        None => (x.rows, x.cols, x.rows.max(1), x.ld, d_ld, 0, 0),
+        Some(hd) => {
+            if hd == 0 || !x.cols.is_multiple_of(hd) {
+                return Err(ModelError::invalid(
+                    "head_dim",
+                    format!("{hd} does not divide rows of {}", x.cols),
+                ));
+            }
+            let heads = x.cols / hd;
+            (x.rows * heads, hd, heads, hd, hd, x.ld, d_ld)
+        }
+    };
+    let mut flags = 0;
+    if call.norm.flavor == NormFlavor::ZeroCentred {
+        flags |= RmsNormParams::ZERO_CENTRED;
+    }
+    if add {
+        flags |= RmsNormParams::ADD;
+    }
+    if call.norm.weight.is_none() {
+        flags |= RmsNormParams::NO_WEIGHT;
+    }
     let params = RmsNormParams {
         n_cols: pc_u32("n_cols", n_cols)?,
         n_rows: pc_u32("n_rows", n_rows)?,
-        ld_x: pc_u32("ld_x", x.ld)?,
-        ld_d: pc_u32("ld_d", d.ld)?,
+        ld_x: pc_u32("ld_x", ld_x)?,
+        ld_d: pc_u32("ld_d", ld_d)?,
         x_offset: pc_u32("x_offset", x.offset)?,
-        d_offset: pc_u32("d_offset", d.offset)?,
-        eps,
+        d_offset: pc_u32("d_offset", d_offset)?,
+        eps: call.norm.eps,
         flags,
-        group: pc_u32("group", g.group)?,
-        ld_group_x: pc_u32("ld_group_x", g.ld_group_x)?,
-        ld_group_d: pc_u32("ld_group_d", g.ld_group_d)?,
+        group: pc_u32("group", group)?,
+        ld_group_x: pc_u32("ld_group_x", ld_group_x)?,
+        ld_group_d: pc_u32("ld_group_d", ld_group_d)?,
     };
     let ctx = rec.context().clone();
     let groups = groups_1d(&ctx, pc_u32("rows", n_rows)?);
     rec.dispatch(
-        if d.f16 {
-            Kernel::RmsNormF32F16
-        } else {
-            Kernel::RmsNormF32
+        match out {
+            AnyMat::F32(_) => Kernel::RmsNormF32,
+            AnyMat::F16(_) => Kernel::RmsNormF32F16,
         },
         &[workgroup_size(n_rows, n_cols), kernel_subgroup(&ctx)],
         &[
             Binding::read(x.buf),
-            Binding::read(weight.unwrap_or(x.buf)),
-            Binding::write(d.buf),
+            Binding::read(call.norm.weight.unwrap_or(x.buf)),
+            Binding::write(out.buf()),
         ],
         bytemuck::bytes_of(&params),
         groups,

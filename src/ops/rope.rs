@@ -6,34 +6,10 @@
 
 use std::sync::Arc;
 
-use bytemuck::{Pod, Zeroable};
-
-use super::{ELEMENTWISE_WG, View, pc_u32};
-use crate::error::Result;
-use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
-
-/// Push constants of `glsl/rope.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-pub struct RopeParams {
-    /// Tokens.
-    pub n_tokens: u32,
-    /// Heads per token.
-    pub n_heads: u32,
-    /// Floats per head.
-    pub head_dim: u32,
-    /// Rotated dimensions per head (even, at most head_dim).
-    pub n_rot: u32,
-    /// Floats between tokens.
-    pub ld: u32,
-    /// Float index of token 0, head 0.
-    pub offset: u32,
-    /// 0: normal pairs (2i, 2i+1); 1: NeoX pairs (i, i + n_rot/2).
-    pub neox: u32,
-    /// Multiplier of cos and sin (YaRN / LongRoPE magnitude scaling; 1 otherwise).
-    pub attn_factor: f32,
-}
-const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
+use super::params::RopeParams;
+use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Binding, Buffer, Kernel, Recording};
 
 /// Which dimensions form rotation pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,58 +115,91 @@ pub fn inv_freq(n_rot: usize, base: f32, scaling: &RopeScaling) -> Vec<f32> {
         .collect()
 }
 
-/// Rope geometry of one tensor of heads.
+/// A rope's settings: which pairs rotate, how many dimensions of each
+/// head, at which positions and frequencies.
 #[derive(Clone, Copy, Debug)]
-pub struct RopeShape {
-    /// Tokens.
-    pub n_tokens: usize,
-    /// Heads per token.
-    pub n_heads: usize,
+pub struct Rope<'a> {
+    /// Which dimensions form pairs.
+    pub style: RopeStyle,
     /// Floats per head.
     pub head_dim: usize,
-    /// Rotated dimensions per head.
+    /// Rotated dimensions per head (even, at most `head_dim`).
     pub n_rot: usize,
+    /// Each token's position, one i32 per token.
+    pub positions: &'a Arc<Buffer>,
+    /// Inverse frequencies, `n_rot / 2` f32 ([`inv_freq`]).
+    pub inv_freq: &'a Arc<Buffer>,
+    /// Multiplier of cos and sin (YaRN / LongRoPE magnitude scaling; 1 otherwise).
+    pub attn_factor: f32,
 }
 
-/// Records rotation of `x` (tokens × heads × head_dim) in place by `positions`.
+impl Rope<'_> {
+    /// Checks the head geometry against rows of `cols` floats.
+    ///
+    /// # Errors
+    /// An odd or oversized rotation, or heads that do not tile the rows.
+    pub fn check(&self, cols: usize) -> Result<()> {
+        if self.head_dim == 0
+            || !self.head_dim.is_multiple_of(2)
+            || !self.n_rot.is_multiple_of(2)
+            || self.n_rot > self.head_dim
+            || !cols.is_multiple_of(self.head_dim)
+        {
+            return Err(ModelError::invalid(
+                "rope",
+                format!(
+                    "head dim {}, n_rot {} over rows of {cols}",
+                    self.head_dim, self.n_rot
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Rotates every head of the rows of `x` in place (tokens × heads × head_dim).
+#[derive(Clone, Copy, Debug)]
+pub struct RopeCall<'a> {
+    /// The heads, `cols` a multiple of the head dimension.
+    pub x: Mat<'a>,
+    /// The rope.
+    pub rope: Rope<'a>,
+}
+
+/// Records the rotation.
 ///
 /// # Errors
-/// A value beyond 32 bits.
-pub fn record_rope(
-    rec: &mut Recording,
-    x: View<'_>,
-    shape: RopeShape,
-    style: RopeStyle,
-    positions: &Arc<Buffer>,
-    inv_freq: &Arc<Buffer>,
-    attn_factor: f32,
-) -> Result<()> {
-    super::expect_f32("record_rope", &[x])?;
+/// Heads that do not tile the rows, a view outside its buffer, or a value
+/// beyond 32 bits.
+pub fn record_rope(rec: &mut Recording, call: &RopeCall<'_>) -> Result<()> {
+    let (x, r) = (call.x, call.rope);
+    r.check(x.cols)?;
+    x.check("rope input")?;
+    let n_heads = x.cols / r.head_dim;
     let params = RopeParams {
-        n_tokens: pc_u32("n_tokens", shape.n_tokens)?,
-        n_heads: pc_u32("n_heads", shape.n_heads)?,
-        head_dim: pc_u32("head_dim", shape.head_dim)?,
-        n_rot: pc_u32("n_rot", shape.n_rot)?,
+        n_tokens: pc_u32("n_tokens", x.rows)?,
+        n_heads: pc_u32("n_heads", n_heads)?,
+        head_dim: pc_u32("head_dim", r.head_dim)?,
+        n_rot: pc_u32("n_rot", r.n_rot)?,
         ld: pc_u32("ld", x.ld)?,
         offset: pc_u32("offset", x.offset)?,
-        neox: u32::from(style == RopeStyle::Neox),
-        attn_factor,
+        flags: if r.style == RopeStyle::Neox {
+            RopeParams::NEOX
+        } else {
+            0
+        },
+        attn_factor: r.attn_factor,
     };
-    let n = pc_u32(
-        "rope threads",
-        shape.n_tokens * shape.n_heads * shape.n_rot / 2,
-    )?;
-    let groups = groups_1d(rec.context(), n.div_ceil(ELEMENTWISE_WG));
-    rec.dispatch(
+    rec.dispatch_elementwise(
         Kernel::RopeF32,
-        &[ELEMENTWISE_WG],
+        ELEMENTWISE_WG,
         &[
             Binding::write(x.buf),
-            Binding::read(positions),
-            Binding::read(inv_freq),
+            Binding::read(r.positions),
+            Binding::read(r.inv_freq),
         ],
         bytemuck::bytes_of(&params),
-        groups,
+        pc_u32("rope threads", x.rows * n_heads * r.n_rot / 2)?,
     )
 }
 

@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::session::{LentLogits, Session};
+use super::session::Session;
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, MemoryKind, Recording};
+use crate::gpu::{Buffer, LentBuffer, MemoryKind, Recording};
 use crate::kv::{PagePool, PagedBatchView};
 use crate::models::{GenerativeModel, Scratch};
 
@@ -33,15 +33,6 @@ struct Segment {
 /// Past that, logits are copied into the sessions.
 const MAX_SLABS: usize = 3;
 
-/// A readback buffer of logit rows that decode steps write and sessions
-/// then read in place (no copy of 16 × 128k floats per step). A session
-/// holds a clone of `lease` while it reads from the slab; the runner writes
-/// only slabs whose lease it alone holds.
-struct Slab {
-    buf: Arc<Buffer>,
-    lease: Arc<()>,
-}
-
 /// Buffers and recorded decode steps for batched calls on one model.
 pub struct BatchRunner {
     model: Arc<dyn GenerativeModel>,
@@ -58,8 +49,10 @@ pub struct BatchRunner {
     /// picks LongRoPE factors), valid for `pool` and the buffers above.
     steps: HashMap<(usize, usize, usize), Recording>,
     pool: Option<Arc<PagePool>>,
-    /// Readback buffers of decode steps' logits, lent to the sessions.
-    slabs: Vec<Slab>,
+    /// Readback buffers of decode steps' logits, lent to the sessions (no
+    /// copy of 16 × 128k floats per step): the runner writes only those no
+    /// session holds rows of.
+    slabs: Vec<LentBuffer>,
     /// Record passes with GPU timestamps (not replayed), for profiling.
     timestamps: bool,
     /// The last pass's recording, when it had timestamps.
@@ -234,8 +227,8 @@ impl BatchRunner {
 
     /// A slab no session reads from, made if there are fewer than
     /// [`MAX_SLABS`]; `None` when all are lent.
-    fn free_slab(slabs: &mut Vec<Slab>, scratch: &Scratch) -> Result<Option<usize>> {
-        if let Some(i) = slabs.iter().position(|s| Arc::strong_count(&s.lease) == 1) {
+    fn free_slab(slabs: &mut Vec<LentBuffer>, scratch: &Scratch) -> Result<Option<usize>> {
+        if let Some(i) = slabs.iter().position(LentBuffer::is_free) {
             return Ok(Some(i));
         }
         if slabs.len() >= MAX_SLABS {
@@ -247,10 +240,7 @@ impl BatchRunner {
             MemoryKind::Readback,
             "batch logits",
         )?;
-        slabs.push(Slab {
-            buf,
-            lease: Arc::new(()),
-        });
+        slabs.push(LentBuffer::new(buf));
         Ok(Some(slabs.len() - 1))
     }
 
@@ -273,7 +263,7 @@ impl BatchRunner {
         let fits = self
             .scratch
             .as_ref()
-            .is_some_and(|s| s.max_tokens >= n_tok && s.max_logit_rows >= n_rows);
+            .is_some_and(|s| s.max_tokens() >= n_tok && s.max_logit_rows() >= n_rows);
         if !fits {
             self.steps.clear();
             self.slabs.clear();
@@ -386,8 +376,8 @@ impl BatchRunner {
         ) else {
             return Err(ModelError::Internal("batch buffers missing".into()));
         };
-        scratch.ids.write_slice(0, &ids)?;
-        scratch.positions.write_slice(0, &pos)?;
+        scratch.ids().write_slice(0, &ids)?;
+        scratch.positions().write_slice(0, &pos)?;
         seq_base.write_slice(0, &base)?;
         page_table.write_slice(0, &table)?;
         ring_base.write_slice(0, &rbase)?;
@@ -405,16 +395,15 @@ impl BatchRunner {
         };
         let decode = view.one_per_sequence;
         let model = self.model.clone();
-        // Decode steps leave their logits in a slab the sessions read in
-        // place (not under a final soft-cap, which the copy applies).
-        let slab = if decode && model.spec().final_softcap <= 0.0 {
+        // Decode steps leave their logits in a slab the sessions read in place.
+        let slab = if decode {
             Self::free_slab(&mut self.slabs, scratch)?
         } else {
             None
         };
         let step_scratch = match slab {
             Some(i) => Scratch {
-                logits: self.slabs[i].buf.clone(),
+                logits: self.slabs[i].buffer().clone(),
                 ..scratch.clone()
             },
             None => scratch.clone(),
@@ -469,12 +458,7 @@ impl BatchRunner {
             match slab {
                 Some(i) => s.accept_batch_lent(
                     tokens,
-                    LentLogits {
-                        buf: self.slabs[i].buf.clone(),
-                        _lease: self.slabs[i].lease.clone(),
-                        offset: (k * n_vocab * 4) as u64,
-                        len: n_vocab,
-                    },
+                    self.slabs[i].lend((k * n_vocab * 4) as u64, n_vocab),
                 ),
                 None => s.accept_batch(tokens, scratch, k)?,
             }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, Recording};
+use crate::gpu::{HostRows, Recording};
 use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
 use crate::models::{GenerativeModel, Scratch};
 
@@ -43,20 +43,6 @@ impl Default for SessionOptions {
     }
 }
 
-/// Logits a batched step left in its runner's readback buffer, where the
-/// session reads them; while a session holds `lease`, the runner writes
-/// the next steps elsewhere.
-#[derive(Clone)]
-pub(crate) struct LentLogits {
-    pub(crate) buf: Arc<Buffer>,
-    /// Held, never read: the runner counts the holders.
-    pub(crate) _lease: Arc<()>,
-    /// Byte offset of the row.
-    pub(crate) offset: u64,
-    /// Floats in the row.
-    pub(crate) len: usize,
-}
-
 /// One sequence being evaluated on a model.
 pub struct Session {
     model: Arc<dyn GenerativeModel>,
@@ -65,8 +51,10 @@ pub struct Session {
     decode_step: Option<Recording>,
     tokens: Vec<u32>,
     logits: Vec<f32>,
-    /// Where the logits are instead of `logits`, after a batched step.
-    lent: Option<LentLogits>,
+    /// Where the logits are instead of `logits` after a batched step: a row
+    /// of the runner's readback buffer, read in place (while the session
+    /// holds it, the runner writes its next steps elsewhere).
+    lent: Option<HostRows<f32>>,
     n_batch: usize,
 }
 
@@ -139,13 +127,8 @@ impl Session {
 
     /// Logits of the last position evaluated (`n_vocab` floats).
     pub fn logits(&self) -> &[f32] {
-        if let Some(l) = &self.lent {
-            // SAFETY: the batch runner writes a readback buffer only while
-            // no session holds its lease; this one holds it until its next
-            // evaluation, which takes &mut self.
-            if let Ok(v) = unsafe { l.buf.host_slice::<f32>(l.offset, l.len) } {
-                return v;
-            }
+        if let Some(v) = self.lent.as_ref().and_then(|l| l.as_slice().ok()) {
+            return v;
         }
         &self.logits
     }
@@ -174,7 +157,7 @@ impl Session {
     pub fn fork(&self) -> Result<Session> {
         let scratch = self
             .model
-            .create_scratch(self.n_batch, self.scratch.max_logit_rows)?;
+            .create_scratch(self.n_batch, self.scratch.max_logit_rows())?;
         Ok(Session {
             model: self.model.clone(),
             cache: self.cache.fork()?,
@@ -211,7 +194,7 @@ impl Session {
 
     /// [`Self::accept_batch`] with the logits left where the step wrote
     /// them, read in place until this session's next evaluation.
-    pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: LentLogits) {
+    pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: HostRows<f32>) {
         self.lent = Some(logits);
         self.tokens.extend_from_slice(tokens);
     }
@@ -236,8 +219,8 @@ impl Session {
     fn write_inputs(&self, tokens: &[u32], pos0: usize) -> Result<()> {
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (0..tokens.len()).map(|i| (pos0 + i) as i32).collect();
-        self.scratch.ids.write_slice(0, &ids)?;
-        self.scratch.positions.write_slice(0, &pos)
+        self.scratch.ids().write_slice(0, &ids)?;
+        self.scratch.positions().write_slice(0, &pos)
     }
 
     fn read_logits(&self, row: usize, out: &mut [f32]) -> Result<()> {
@@ -316,7 +299,7 @@ impl Session {
                 rec.finish()?;
                 rec.submit_and_wait()?;
                 let n_vocab = self.model.spec().n_vocab;
-                let per = self.scratch.max_logit_rows.max(1);
+                let per = self.scratch.max_logit_rows().max(1);
                 let rows_per_call = per.min(n);
                 let mut first = 0;
                 while first < n {
@@ -404,7 +387,7 @@ impl Session {
     }
 }
 
-/// Reads row `row` of `s.logits` into `out`, applying the model's final soft-cap.
+/// Reads row `row` of `s.logits` into `out`.
 ///
 /// # Errors
 /// A row outside the buffer.
@@ -415,10 +398,5 @@ pub(crate) fn read_logit_row(
     out: &mut [f32],
 ) -> Result<()> {
     let n_vocab = model.spec().n_vocab;
-    s.logits.read_slice((row * n_vocab * 4) as u64, out)?;
-    let cap = model.spec().final_softcap;
-    if cap > 0.0 {
-        out.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-    }
-    Ok(())
+    s.logits.read_slice((row * n_vocab * 4) as u64, out)
 }

@@ -292,8 +292,8 @@ fn profile(
         .map(|&t| t as i32)
         .collect();
     let pos: Vec<i32> = (0..n_prompt as i32).collect();
-    scratch.ids.write_slice(0, &ids)?;
-    scratch.positions.write_slice(0, &pos)?;
+    scratch.ids().write_slice(0, &ids)?;
+    scratch.positions().write_slice(0, &pos)?;
     let mut out = Vec::new();
     for n in [n_prompt, 1] {
         let mut rec = Recording::new(ctx, true)?;

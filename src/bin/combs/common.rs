@@ -9,6 +9,7 @@ use combs::ModelError;
 use combs::gpu::GpuContext;
 use combs::models::LoadOptions;
 use combs::ops::act_round::Numerics;
+use combs::ops::plan::Fusion;
 use combs::runtime::Model;
 use combs::runtime::model::default_model_path;
 
@@ -27,6 +28,10 @@ pub struct ModelArgs {
     /// activations as llama.cpp's CPU backend does, to compare outputs).
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
     pub numerics: Numerics,
+    /// Record every step as a kernel of its own (no norm, rope, gate or
+    /// K/V store folded into another kernel; as COMBS_DISABLE_FUSION=1).
+    #[arg(long)]
+    pub no_fusion: bool,
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -62,6 +67,11 @@ impl ModelArgs {
             &LoadOptions {
                 show_progress: true,
                 numerics: self.numerics,
+                fusion: if self.no_fusion {
+                    Fusion::Off
+                } else {
+                    Fusion::On
+                },
             },
         )
         .map_err(|e| match e {

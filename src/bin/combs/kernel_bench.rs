@@ -13,16 +13,15 @@ use clap::Args;
 use combs::ModelError;
 use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, WaitMode};
 use combs::models::synth::{SynthConfig, random_weight_bytes};
-use combs::ops::View;
 use combs::ops::attention::{
-    AttentionOptions, AttentionShape, AttentionVariant, CacheAddressing, record_attention_with,
-    record_kv_store,
+    AttentionCall, AttentionOptions, AttentionShape, AttentionVariant, NewKv, record_attention,
 };
+use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::{
-    CoopEpilogue, CoopNorm, CoopTile, LinearVariant, MatvecOptions, MatvecShape, NormInput,
-    SquareSums, record_linear_coop_folded, record_linear_tiled, record_matvec,
+    CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums, record_linear,
 };
-use combs::ops::rms_norm::NormFlavor;
+use combs::ops::rms_norm::{NormFlavor, NormWeight};
+use combs::ops::{AnyMat, Mat};
 use combs::quant::{QuantType, QuantWeight};
 
 use crate::CliError;
@@ -286,15 +285,7 @@ fn sync_latency(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliErr
     let y = Buffer::new(ctx, (m.rows * 4) as u64, MemoryKind::Device, "y")?;
     let mut rec = Recording::timed(ctx)?;
     rec.timestamp("start");
-    record_matvec(
-        &mut rec,
-        &w[0],
-        None,
-        View::new(&x, m.cols),
-        View::new(&y, m.rows),
-        false,
-        MatvecOptions::default(),
-    )?;
+    record_linear(&mut rec, &matvec(&w[0], &x, &y, None))?;
     rec.timestamp("end");
     rec.finish()?;
     for mode in [
@@ -364,8 +355,12 @@ fn attention_bench(
         ring: 0,
     };
     combs::gpu::run_once(ctx, |rec| {
-        record_kv_store(rec, View::new(&src, width), n_ctx, width, &kb, at(&all))?;
-        record_kv_store(rec, View::new(&src, width), n_ctx, width, &vb, at(&all))
+        let src = Mat::new(&src, n_ctx, width);
+        for cache in [&kb, &vb] {
+            let at = at(&all);
+            record_kv_store(rec, &KvStoreCall { src, cache, at })?;
+        }
+        Ok(())
     })?;
     let opts = AttentionOptions {
         scale: 1.0 / (shape.head_dim as f32).sqrt(),
@@ -379,18 +374,20 @@ fn attention_bench(
             AttentionVariant::Blocks,
         ] {
             let us = time(ctx, 8, |rec, _| {
-                record_attention_with(
-                    rec,
-                    variant,
-                    View::new(&q, qw),
-                    View::new(&o, qw),
-                    n,
+                let call = AttentionCall {
+                    q: Mat::new(&q, n, qw),
+                    out: AnyMat::F32(Mat::new(&o, n, qw)),
+                    kv: LayerKv {
+                        k: &kb,
+                        v: &vb,
+                        at: at(positions),
+                    },
+                    new: NewKv::Stored,
                     shape,
-                    &kb,
-                    &vb,
-                    at(positions),
                     opts,
-                )
+                    variant: Some(variant),
+                };
+                record_attention(rec, &call)
             })?;
             writeln!(
                 out,
@@ -431,24 +428,12 @@ fn chain_bench(
     let width = mats.iter().map(|m| m.rows.max(m.cols)).max().unwrap_or(1);
     let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(width, 9)), "x")?;
     let y = Buffer::new(ctx, (width * 4) as u64, MemoryKind::Device, "y")?;
-    let mv = |rec: &mut Recording, m: &Matrix, w: &QuantWeight| {
-        record_matvec(
-            rec,
-            w,
-            None,
-            View::new(&x, m.cols),
-            View::new(&y, m.rows),
-            false,
-            MatvecOptions::default(),
-        )
-    };
+    let mv = |rec: &mut Recording, w: &QuantWeight| record_linear(rec, &matvec(w, &x, &y, None));
     let n = mats.len();
-    let chained = time(ctx, layers * n, |rec, i| {
-        mv(rec, &mats[i % n], &weights[i % n][i / n])
-    })?;
+    let chained = time(ctx, layers * n, |rec, i| mv(rec, &weights[i % n][i / n]))?;
     let mut alone = 0.0;
-    for (i, m) in mats.iter().enumerate() {
-        alone += time(ctx, layers, |rec, l| mv(rec, m, &weights[i][l]))?;
+    for w in &weights {
+        alone += time(ctx, layers, |rec, l| mv(rec, &w[l]))?;
     }
     writeln!(
         out,
@@ -479,6 +464,21 @@ fn print_row(
         m.cols,
     )?;
     Ok(())
+}
+
+/// A one-token matvec of `w` from the start of `x` into `y` (layout `shape`
+/// or the device's choice).
+fn matvec<'a>(
+    w: &'a QuantWeight,
+    x: &'a Arc<Buffer>,
+    y: &'a Arc<Buffer>,
+    shape: Option<MatvecShape>,
+) -> LinearCall<'a> {
+    let input = Input::F32(Mat::new(x, 1, w.cols()));
+    let output = Output::Store(Mat::new(y, 1, w.rows()));
+    LinearCall::new(w, None, input, output)
+        .on(LinearVariant::Matvec)
+        .with_shape(shape)
 }
 
 /// Runs `combs kernel-bench`.
@@ -563,18 +563,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             )?;
             for shape in &shapes {
                 let us = time(&ctx, args.reps, |rec, i| {
-                    record_matvec(
-                        rec,
-                        &copies[i % copies.len()],
-                        None,
-                        View::new(&x, m.cols),
-                        View::new(&y, m.rows),
-                        false,
-                        MatvecOptions {
-                            shape: *shape,
-                            ..Default::default()
-                        },
-                    )
+                    record_linear(rec, &matvec(&copies[i % copies.len()], &x, &y, *shape))
                 })?;
                 let s = shape.unwrap_or_else(|| MatvecShape::choose(&ctx, t, m.rows, m.cols));
                 let label = format!(
@@ -590,7 +579,9 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 .iter()
                 .filter(|&&n| n > 0 && (n <= 64 || m.name != "head"))
             {
-                let variant = LinearVariant::choose(&ctx, n, View::new(&x, m.cols));
+                let x32 = Mat::new(&x, n, m.cols);
+                let y32 = Mat::new(&y, n, m.rows);
+                let variant = LinearVariant::choose(&ctx, n, AnyMat::F32(x32));
                 let tiles: &[Option<CoopTile>] = if variant == LinearVariant::Coop {
                     &tiles
                 } else {
@@ -605,23 +596,17 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     // The skinny kernel's f16 inputs (the bits of x as
                     // halves: the products take the same time).
                     let half = args.x_f16 && variant == LinearVariant::Coop && c.skinny;
-                    let xv = if half {
-                        View::new_f16(&x, m.cols)
+                    let input = if half {
+                        Input::F16(Mat::new(&x, n, m.cols))
                     } else {
-                        View::new(&x, m.cols)
+                        Input::F32(x32)
                     };
                     let us = time(&ctx, args.reps.min(16), |rec, i| {
-                        record_linear_tiled(
-                            rec,
-                            variant,
-                            *tile,
-                            &copies[i % copies.len()],
-                            None,
-                            xv,
-                            n,
-                            View::new(&y, m.rows),
-                            false,
-                        )
+                        let w = &copies[i % copies.len()];
+                        let call = LinearCall::new(w, None, input, Output::Store(y32))
+                            .on(variant)
+                            .with_tile(*tile);
+                        record_linear(rec, &call)
                     })?;
                     let flop = 2.0 * (m.rows * m.cols * n) as f64;
                     if args.fold_norm && variant == LinearVariant::Coop && c.skinny {
@@ -635,41 +620,25 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                     m.cols.div_ceil(16)
                                 },
                             };
-                            let epilogue = if accumulate {
-                                CoopEpilogue {
-                                    squares: Some(squares),
-                                    ..Default::default()
-                                }
+                            let (input, output) = if accumulate {
+                                (input, Output::AccumulateSquares { out: y32, squares })
                             } else {
-                                CoopEpilogue {
-                                    norm: Some(CoopNorm {
-                                        norm: NormInput {
-                                            weight: &nw,
-                                            flavor: NormFlavor::Plain,
-                                            eps: 1e-5,
-                                        },
-                                        squares,
-                                    }),
-                                    ..Default::default()
-                                }
+                                // the norm reads the f32 residual
+                                let norm = NormWeight {
+                                    weight: &nw,
+                                    flavor: NormFlavor::Plain,
+                                    eps: 1e-5,
+                                };
+                                let x = x32;
+                                let input = Input::NormedBySquares { x, norm, squares };
+                                (input, Output::Store(y32))
                             };
                             let us = time(&ctx, args.reps.min(16), |rec, i| {
-                                record_linear_coop_folded(
-                                    rec,
-                                    Some(c),
-                                    &copies[i % copies.len()],
-                                    None,
-                                    // the norm reads the f32 residual
-                                    if accumulate {
-                                        xv
-                                    } else {
-                                        View::new(&x, m.cols)
-                                    },
-                                    n,
-                                    View::new(&y, m.rows),
-                                    accumulate,
-                                    epilogue,
-                                )
+                                let w = &copies[i % copies.len()];
+                                let call = LinearCall::new(w, None, input, output)
+                                    .on(LinearVariant::Coop)
+                                    .with_tile(Some(c));
+                                record_linear(rec, &call)
                             })?;
                             let label =
                                 format!("co{}x1x{}x{}x1x{}s{suffix} n={n}", c.wm, c.wk, c.tm, c.bk);

@@ -1,0 +1,534 @@
+//! The one declaration of every kernel family's interface: its push
+//! constants and its flag bits. From this table the build writes both sides
+//! of each interface, so they cannot drift apart:
+//!
+//! - Rust (`OUT_DIR/interfaces.rs`, included by `src/ops/params.rs`): a
+//!   `#[repr(C)]` struct per family with a compile-time size check, and the
+//!   family's flag bits as associated constants (`MatvecParams::ROPE`).
+//! - GLSL (`OUT_DIR/iface/<family>.glsl`, included by the `.comp` files as
+//!   `#include "iface/<family>.glsl"`): the `push_constant` block `p` and the
+//!   flag bits as `const uint <PREFIX>_<FLAG>` (`LINEAR_ROPE`).
+//!
+//! Families whose kernels share GLSL code (the linear epilogues) share flag
+//! lists and a GLSL prefix, so the shared code names each bit the same way.
+
+use std::fmt::Write as _;
+
+/// The type of one push-constant field (every field is 4 bytes: no padding).
+#[derive(Clone, Copy)]
+pub enum Ty {
+    U32,
+    F32,
+}
+
+/// One push-constant field.
+pub struct Field {
+    pub name: &'static str,
+    pub ty: Ty,
+    pub doc: &'static str,
+}
+
+/// One flag bit of a family's `flags` field.
+pub struct Flag {
+    pub name: &'static str,
+    pub bit: u32,
+    pub doc: &'static str,
+}
+
+/// One kernel family's interface.
+pub struct Interface {
+    /// The include file's name: `iface/<family>.glsl`.
+    pub family: &'static str,
+    /// The Rust struct.
+    pub rust: &'static str,
+    /// Which kernels use it.
+    pub doc: &'static str,
+    /// Prefix of the GLSL flag constants.
+    pub glsl_prefix: &'static str,
+    pub fields: Vec<Field>,
+    pub flags: Vec<Flag>,
+}
+
+const fn u(name: &'static str, doc: &'static str) -> Field {
+    Field {
+        name,
+        ty: Ty::U32,
+        doc,
+    }
+}
+
+const fn f(name: &'static str, doc: &'static str) -> Field {
+    Field {
+        name,
+        ty: Ty::F32,
+        doc,
+    }
+}
+
+const fn flag(name: &'static str, bit: u32, doc: &'static str) -> Flag {
+    Flag { name, bit, doc }
+}
+
+/// The fields every tiled linear kernel starts with.
+fn linear_base(unit: &'static str) -> Vec<Field> {
+    // `unit` names what x's stride and offset count (floats, vec4s, elements).
+    let (ld_x, x_offset): (&'static str, &'static str) = match unit {
+        "vec4" => ("vec4s between tokens of X.", "vec4 index of X[0, 0]."),
+        "element" => (
+            "Elements between tokens of X (a multiple of 4).",
+            "Element index of X[0, 0] (a multiple of 4).",
+        ),
+        _ => ("Floats between tokens of X.", "Float index of X[0, 0]."),
+    };
+    vec![
+        u("k", "Columns (a multiple of 32)."),
+        u("m", "Rows in this chunk of the weight."),
+        u("nb", "Blocks in this chunk."),
+        u("row_offset", "Output column of the chunk's first row."),
+        u("n", "Tokens."),
+        u("ld_x", ld_x),
+        u("ld_d", "Elements between tokens of D."),
+        u("x_offset", x_offset),
+        u("d_offset", "Element index of D[0, 0]."),
+        u("flags", "Flag bits (the associated constants)."),
+    ]
+}
+
+/// The fields of a rope folded into a product's stores.
+fn rope_fields() -> Vec<Field> {
+    vec![
+        u(
+            "rope_rows",
+            "Output rows the folded rope rotates (q and k heads).",
+        ),
+        u("head_dim", "Floats per head of the folded rope."),
+        u("n_rot", "Rotated dimensions per head."),
+        f("attn_factor", "Multiplier of the rope's cos and sin."),
+    ]
+}
+
+/// What every linear kernel's epilogue (`common/linear_out.glsl`) reads.
+fn store_flags() -> Vec<Flag> {
+    vec![
+        flag("ACCUMULATE", 1, "D += result (the residual add)."),
+        flag("BIAS", 2, "Add bias[row_offset + row]."),
+    ]
+}
+
+/// The steps the matvec and the cooperative-matrix epilogue
+/// (`common/coop_out.glsl`) fold into their stores.
+fn fold_flags() -> Vec<Flag> {
+    vec![
+        flag(
+            "NORM_ZERO_CENTRED",
+            8,
+            "The folded RMS norm scales by (1 + w).",
+        ),
+        flag(
+            "GLU",
+            16,
+            "Rows alternate gate, up: D[(row_offset + row) / 2] = act(gate) * up.",
+        ),
+        flag(
+            "GELU",
+            32,
+            "The gate's activation is GELU-tanh (else SiLU).",
+        ),
+        flag(
+            "ROPE",
+            64,
+            "Adjacent-pair rope of the output rows below rope_rows at each token's position.",
+        ),
+    ]
+}
+
+/// Every interface.
+pub fn interfaces() -> Vec<Interface> {
+    let mut matvec_fields = vec![
+        u("k", "Columns (a multiple of 32; of 256 for K-quants)."),
+        u("m", "Rows in this chunk of the weight."),
+        u("nb", "Blocks in this chunk."),
+        u("row_offset", "Output index of the chunk's first row."),
+        u("x_offset", "vec4 index of the input vector."),
+        u("d_offset", "Output index of row 0 of the whole weight."),
+        u("flags", "Flag bits (the associated constants)."),
+        f("eps", "Epsilon of the folded RMS norm."),
+    ];
+    matvec_fields.extend(rope_fields());
+    matvec_fields.extend([
+        u("n_tok", "Tokens (workgroups interleave them)."),
+        u("ld_x", "vec4s between tokens of x."),
+        u("ld_d", "Floats between tokens of d."),
+    ]);
+    let mut matvec_flags = store_flags();
+    matvec_flags.push(flag(
+        "NORM",
+        4,
+        "x is the raw residual: use x * w / rms(x) (an RMS norm folded into the input).",
+    ));
+    matvec_flags.extend(fold_flags());
+
+    let mut coop_fields = linear_base("float");
+    coop_fields.extend(rope_fields());
+    let mut coop_flags = store_flags();
+    coop_flags.extend(
+        fold_flags()
+            .into_iter()
+            .filter(|f| f.name != "NORM_ZERO_CENTRED"),
+    );
+
+    let mut skinny_fields = linear_base("element");
+    skinny_fields.extend(rope_fields());
+    skinny_fields.extend([
+        u(
+            "sq_offset",
+            "Float index of token 0's first sum of squares.",
+        ),
+        u(
+            "sq_groups",
+            "Sums of squares per token: the producer's rows / 16, rounded up.",
+        ),
+        f("eps", "Epsilon of the norm folded into the input."),
+    ]);
+    let mut skinny_flags = store_flags();
+    skinny_flags.extend(fold_flags());
+    skinny_flags.extend([
+        flag(
+            "OUT_F16",
+            128,
+            "The gated output goes out as f16 (the next product's input).",
+        ),
+        flag(
+            "SQUARES_OUT",
+            256,
+            "Write each token's sums of squares of the stored values, 16 rows at a time.",
+        ),
+        flag(
+            "NORM_IN",
+            512,
+            "Normalize the f32 input first from the sums of squares a producer wrote.",
+        ),
+    ]);
+
+    vec![
+        Interface {
+            family: "matvec",
+            rust: "MatvecParams",
+            doc: "`glsl/matvec.comp`: one token (or a few) through a quantized weight.",
+            glsl_prefix: "LINEAR",
+            fields: matvec_fields,
+            flags: matvec_flags,
+        },
+        Interface {
+            family: "tiled",
+            rust: "TiledParams",
+            doc: "`glsl/matmul.comp`: tiles through shared memory.",
+            glsl_prefix: "LINEAR",
+            fields: linear_base("float"),
+            flags: store_flags(),
+        },
+        Interface {
+            family: "rows",
+            rust: "RowsParams",
+            doc: "`glsl/matmul_rows.comp`: one invocation per row, for CPU devices.",
+            glsl_prefix: "LINEAR",
+            fields: linear_base("vec4"),
+            flags: store_flags(),
+        },
+        Interface {
+            family: "coop",
+            rust: "CoopParams",
+            doc: "`glsl/matmul_coop.comp`: cooperative-matrix tiles.",
+            glsl_prefix: "LINEAR",
+            fields: coop_fields,
+            flags: coop_flags,
+        },
+        Interface {
+            family: "skinny",
+            rust: "SkinnyParams",
+            doc: "`glsl/matmul_skinny.comp`: cooperative-matrix products of 9-16 tokens.",
+            glsl_prefix: "LINEAR",
+            fields: skinny_fields,
+            flags: skinny_flags,
+        },
+        Interface {
+            family: "attention",
+            rust: "AttentionParams",
+            doc: "`glsl/attention.comp`, `attention_rows.comp`, `attention_blocks.comp`.",
+            glsl_prefix: "ATTN",
+            fields: vec![
+                u("n_tokens", "Query tokens."),
+                u("n_head", "Query heads."),
+                u("n_head_kv", "KV heads."),
+                u("head_dim", "Floats per head."),
+                u("ld_q", "Floats between tokens of q."),
+                u("q_offset", "Float index of q's token 0."),
+                u("ld_o", "Elements between tokens of o."),
+                u("o_offset", "Element index of o's token 0."),
+                f("scale", "Multiplier of q.k."),
+                f("softcap", "Soft-cap of the scores (0: none)."),
+                u(
+                    "window",
+                    "Sliding window in positions (0: full causal attention).",
+                ),
+                u("page_size", "Cache rows per page."),
+                u("ring", "Ring size of a window-only cache (0: none)."),
+                u("flags", "Flag bits (the associated constants)."),
+                u("ld_new", "Floats between tokens of the new K and V rows."),
+                u("k_new", "Float index of token 0's new K row."),
+                u("v_new", "Float index of token 0's new V row."),
+            ],
+            flags: vec![flag(
+                "STORE_NEW",
+                1,
+                "The decode kernel also stores the new K/V rows into the cache.",
+            )],
+        },
+        Interface {
+            family: "kv_store",
+            rust: "KvStoreParams",
+            doc: "`glsl/kv_store.comp`: new K or V rows into an f16 cache.",
+            glsl_prefix: "KV_STORE",
+            fields: vec![
+                u("n_tokens", "Tokens."),
+                u(
+                    "width",
+                    "Floats per token row (n_head_kv * head_dim, even).",
+                ),
+                u("ld", "Floats between tokens of the source."),
+                u("offset", "Float index of the source's token 0."),
+                u("page_size", "Cache rows per page."),
+                u("ring", "Ring size (0: none)."),
+            ],
+            flags: vec![],
+        },
+        Interface {
+            family: "rms_norm",
+            rust: "RmsNormParams",
+            doc: "`glsl/rms_norm.comp`.",
+            glsl_prefix: "RMS_NORM",
+            fields: vec![
+                u("n_cols", "Elements per row."),
+                u("n_rows", "Rows."),
+                u("ld_x", "Floats between rows of x."),
+                u("ld_d", "Elements between rows of d."),
+                u("x_offset", "Float index of x's row 0."),
+                u("d_offset", "Element index of d's row 0."),
+                f("eps", "Epsilon inside the square root."),
+                u("flags", "Flag bits (the associated constants)."),
+                u(
+                    "group",
+                    "Rows per group (a token's heads); rows of a group are ld_x / ld_d apart.",
+                ),
+                u("ld_group_x", "Floats between groups of x."),
+                u("ld_group_d", "Floats between groups of d."),
+            ],
+            flags: vec![
+                flag("ZERO_CENTRED", 1, "Scale by (1 + w)."),
+                flag("ADD", 2, "Add the result into d."),
+                flag("NO_WEIGHT", 4, "Normalize only."),
+            ],
+        },
+        Interface {
+            family: "rope",
+            rust: "RopeParams",
+            doc: "`glsl/rope.comp`.",
+            glsl_prefix: "ROPE",
+            fields: vec![
+                u("n_tokens", "Tokens."),
+                u("n_heads", "Heads per token."),
+                u("head_dim", "Floats per head."),
+                u(
+                    "n_rot",
+                    "Rotated dimensions per head (even, at most head_dim).",
+                ),
+                u("ld", "Floats between tokens."),
+                u("offset", "Float index of token 0, head 0."),
+                u("flags", "Flag bits (the associated constants)."),
+                f(
+                    "attn_factor",
+                    "Multiplier of cos and sin (YaRN / LongRoPE magnitude scaling; 1 otherwise).",
+                ),
+            ],
+            flags: vec![flag(
+                "NEOX",
+                1,
+                "NeoX pairs (i, i + n_rot/2) instead of adjacent ones (2i, 2i+1).",
+            )],
+        },
+        Interface {
+            family: "glu",
+            rust: "GluParams",
+            doc: "`glsl/glu.comp`.",
+            glsl_prefix: "GLU",
+            fields: vec![
+                u("n_tokens", "Tokens."),
+                u("width", "Elements per token."),
+                u("ld_g", "Floats between tokens of g."),
+                u("ld_u", "Floats between tokens of u."),
+                u("ld_d", "Floats between tokens of d."),
+                u("g_offset", "Float index of g's token 0."),
+                u("u_offset", "Float index of u's token 0."),
+                u("d_offset", "Float index of d's token 0."),
+                u(
+                    "step",
+                    "Floats between consecutive columns of g and u (2: interleaved pairs).",
+                ),
+            ],
+            flags: vec![],
+        },
+        Interface {
+            family: "get_rows",
+            rust: "GetRowsParams",
+            doc: "`glsl/get_rows.comp`.",
+            glsl_prefix: "GET_ROWS",
+            fields: vec![
+                u("k", "Columns (a multiple of 32)."),
+                u("nb", "Blocks in the chunk."),
+                u("row_start", "First row of the chunk."),
+                u("n_rows", "Rows in the chunk."),
+                u("n_tokens", "Tokens."),
+                u("ld_d", "vec4s between tokens of d."),
+                u("d_offset", "vec4 index of d's token 0."),
+                f(
+                    "scale",
+                    "Multiplier (Gemma scales embeddings by sqrt(n_embd)).",
+                ),
+            ],
+            flags: vec![],
+        },
+        Interface {
+            family: "act_round",
+            rust: "ActRoundParams",
+            doc: "`glsl/act_round.comp`.",
+            glsl_prefix: "ACT_ROUND",
+            fields: vec![
+                u("n_tokens", "Tokens."),
+                u("width", "Elements per token (a multiple of the block)."),
+                u("ld_x", "Floats between tokens of x."),
+                u("ld_d", "Floats between tokens of d."),
+                u("x_offset", "Float index of x's token 0."),
+                u("d_offset", "Float index of d's token 0."),
+            ],
+            flags: vec![],
+        },
+        Interface {
+            family: "dequant",
+            rust: "DequantParams",
+            doc: "`glsl/dequant.comp`.",
+            glsl_prefix: "DEQUANT",
+            fields: vec![
+                u("n", "Weights to expand."),
+                u("nb", "Blocks in the bound weight buffer (plane stride)."),
+                u(
+                    "first",
+                    "Index (within the buffer) of the first weight to expand.",
+                ),
+            ],
+            flags: vec![],
+        },
+        Interface {
+            family: "softcap",
+            rust: "SoftcapParams",
+            doc: "`glsl/softcap.comp`: `d = cap * tanh(d / cap)` in place.",
+            glsl_prefix: "SOFTCAP",
+            fields: vec![
+                u("n_rows", "Rows."),
+                u("width", "Floats per row."),
+                u("ld", "Floats between rows."),
+                u("offset", "Float index of row 0."),
+                f("cap", "The cap."),
+            ],
+            flags: vec![],
+        },
+    ]
+}
+
+fn glsl_type(t: Ty) -> &'static str {
+    match t {
+        Ty::U32 => "uint",
+        Ty::F32 => "float",
+    }
+}
+
+fn rust_type(t: Ty) -> &'static str {
+    match t {
+        Ty::U32 => "u32",
+        Ty::F32 => "f32",
+    }
+}
+
+/// The Rust side of every interface.
+pub fn rust_source(all: &[Interface]) -> String {
+    let mut s = String::new();
+    for i in all {
+        let _ = writeln!(s, "/// Push constants of {}", i.doc);
+        s.push_str("#[repr(C)]\n#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]\n");
+        let _ = writeln!(s, "pub struct {} {{", i.rust);
+        for fl in &i.fields {
+            let _ = writeln!(s, "    /// {}", fl.doc);
+            let _ = writeln!(s, "    pub {}: {},", fl.name, rust_type(fl.ty));
+        }
+        s.push_str("}\n");
+        let _ = writeln!(
+            s,
+            "const _: () = assert!(std::mem::size_of::<{}>() == {});",
+            i.rust,
+            4 * i.fields.len()
+        );
+        if !i.flags.is_empty() {
+            let _ = writeln!(s, "impl {} {{", i.rust);
+            for fl in &i.flags {
+                let _ = writeln!(s, "    /// {}", fl.doc);
+                let _ = writeln!(s, "    pub const {}: u32 = {};", fl.name, fl.bit);
+            }
+            s.push_str("}\n");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The GLSL include of one interface.
+pub fn glsl_source(i: &Interface) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "// Generated by build/interfaces.rs (the `{}` interface): do not edit.",
+        i.family
+    );
+    s.push_str("layout(push_constant) uniform Params {\n");
+    for fl in &i.fields {
+        let _ = writeln!(s, "    {} {}; // {}", glsl_type(fl.ty), fl.name, fl.doc);
+    }
+    s.push_str("} p;\n");
+    for fl in &i.flags {
+        let _ = writeln!(
+            s,
+            "const uint {}_{} = {}u; // {}",
+            i.glsl_prefix, fl.name, fl.bit, fl.doc
+        );
+    }
+    s
+}
+
+/// Checks the table: unique names, no flag bit used twice within a family.
+pub fn check(all: &[Interface]) -> Result<(), String> {
+    for (n, i) in all.iter().enumerate() {
+        if all[..n]
+            .iter()
+            .any(|o| o.family == i.family || o.rust == i.rust)
+        {
+            return Err(format!("interface `{}` declared twice", i.family));
+        }
+        for (k, fl) in i.flags.iter().enumerate() {
+            if !fl.bit.is_power_of_two() || i.flags[..k].iter().any(|o| o.bit == fl.bit) {
+                return Err(format!(
+                    "flag {}::{} reuses or is not a bit",
+                    i.rust, fl.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}

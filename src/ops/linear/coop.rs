@@ -1,0 +1,395 @@
+//! The cooperative-matrix family (`glsl/matmul_coop.comp`): tiles of 16×16
+//! f16 matrices with f32 accumulation, K split inside the workgroup, the
+//! next step's loads behind the current products; and [`CoopTile`], the tile
+//! geometry it shares with the skinny products (`skinny.rs`), with the rule
+//! that picks one per shape. Its epilogue (`common/coop_out.glsl`) folds the
+//! rope and the gated activation into the stores, as the matvec does.
+
+use super::{ChunkDims, FoldedRope, Input, LinearCall, Output, unsupported};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Binding, GpuContext, Kernel, Recording};
+use crate::ops::glu::Activation;
+use crate::ops::params::CoopParams;
+use crate::ops::{AnyMat, pc_u32};
+use crate::quant::WeightChunk;
+
+/// How the cooperative-matrix kernels tile a product: `wm × wn × wk`
+/// subgroups of 32, each multiplying `tm × tn` 16×16 matrices over `bk`
+/// columns per step; `wk` > 1 splits K inside the workgroup. With `skinny`,
+/// `matmul_skinny.comp` runs it: each subgroup streams its own chunks of K
+/// without workgroup barriers (`wn` and `tn` are 1: 16 tokens per
+/// workgroup); otherwise `matmul_coop.comp`, whose subgroups step through
+/// K together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopTile {
+    /// Subgroups along the weight's rows.
+    pub wm: u32,
+    /// Subgroups along the tokens.
+    pub wn: u32,
+    /// Subgroups along K.
+    pub wk: u32,
+    /// 16-row matrices per subgroup.
+    pub tm: u32,
+    /// 16-token matrices per subgroup.
+    pub tn: u32,
+    /// Columns per subgroup and step (a multiple of 32).
+    pub bk: u32,
+    /// Independent subgroups (`matmul_skinny.comp`).
+    pub skinny: bool,
+}
+
+impl CoopTile {
+    /// 16 rows × 16 tokens, K split four ways: batched decode of a few sequences.
+    pub const SKINNY: CoopTile = CoopTile {
+        wm: 1,
+        wn: 1,
+        wk: 4,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+        skinny: false,
+    };
+    /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
+    /// small ones at many.
+    pub const SKINNY_WIDE: CoopTile = CoopTile {
+        wm: 2,
+        wn: 1,
+        wk: 2,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+        skinny: false,
+    };
+    /// 16 rows × 16 tokens per subgroup, eight subgroups along K, streamed
+    /// by each subgroup on its own (`matmul_skinny.comp`): batched decode.
+    pub const STREAM: CoopTile = CoopTile {
+        wm: 1,
+        wn: 1,
+        wk: 8,
+        tm: 1,
+        tn: 1,
+        bk: 64,
+        skinny: true,
+    };
+    /// 64 × 64 with four subgroups.
+    pub const MID: CoopTile = CoopTile {
+        wm: 2,
+        wn: 2,
+        wk: 1,
+        tm: 2,
+        tn: 2,
+        bk: 64,
+        skinny: false,
+    };
+    /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
+    pub const BIG: CoopTile = CoopTile {
+        wm: 2,
+        wn: 4,
+        wk: 1,
+        tm: 4,
+        tn: 2,
+        bk: 64,
+        skinny: false,
+    };
+
+    /// Rows per tile.
+    pub fn bm(&self) -> usize {
+        (self.wm * self.tm * 16) as usize
+    }
+
+    /// Tokens per tile.
+    pub fn bn(&self) -> usize {
+        (self.wn * self.tn * 16) as usize
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(&self) -> u32 {
+        32 * self.wm * self.wn * self.wk
+    }
+
+    /// Floats of the result staging area.
+    fn staging_floats(&self) -> u32 {
+        if self.skinny {
+            self.wm * self.tm * 256
+        } else if self.wk == 1 {
+            256 * self.wm * self.wn
+        } else {
+            self.wk * (self.bm() * self.bn()) as u32
+        }
+    }
+
+    /// Shared memory bytes the kernel takes.
+    pub fn shared_bytes(&self) -> usize {
+        let sa = (self.wk * self.bk + 8) as usize;
+        let tiles = if self.skinny {
+            // Each subgroup's 16 rows and 16 tokens of one chunk.
+            let subgroups = (self.wm * self.wk) as usize;
+            2 * (self.bk as usize + 8) * subgroups * 32
+        } else {
+            2 * sa * (self.bm() + self.bn())
+        };
+        tiles + 4 * self.staging_floats() as usize
+    }
+
+    /// Whether the device can run the tile: its shared memory and invocations.
+    pub fn fits(&self, ctx: &GpuContext) -> bool {
+        let caps = ctx.caps();
+        self.shared_bytes() <= caps.max_shared_memory as usize
+            && self.invocations() <= caps.max_workgroup_invocations
+    }
+
+    /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
+    /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
+    /// weights where its workgroups fill whole waves ([`full_waves`]), 64 × 64
+    /// for other weights of 1024+ rows, the 32-row tile for smaller ones.
+    pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
+        let fits = |t: &CoopTile| t.fits(ctx);
+        if n <= super::SKINNY_MAX_TOKENS {
+            // Wide weights take four row tiles per subgroup, so each
+            // staged chunk of activations serves 64 rows; narrower ones
+            // keep one so that their few rows still fill the GPU. On the
+            // H200, llama-1b at 16 tokens (f16 activations): gate/up
+            // 16384×2048 29.6 µs with 4 tiles and 8 K-subgroups (38.8 with
+            // STREAM), head 128256×2048 176 µs with 4 and 4 (261), Q/K/V
+            // and output 13.6, 11.0 µs with STREAM, down 2048×8192 27.6
+            // with 10 K-subgroups (30.6 with 8; the most that 48 KB of
+            // shared memory holds). Every other layout tried was slower.
+            let tile = if rows >= 65536 {
+                CoopTile {
+                    wk: 4,
+                    tm: 4,
+                    ..CoopTile::STREAM
+                }
+            } else if rows >= 16384 {
+                CoopTile {
+                    tm: 4,
+                    ..CoopTile::STREAM
+                }
+            } else if cols >= 8192 {
+                CoopTile {
+                    wk: 10,
+                    ..CoopTile::STREAM
+                }
+            } else {
+                CoopTile::STREAM
+            };
+            // STREAM, the smallest, where the device's shared memory holds
+            // no more: every batch of this size then takes a skinny tile,
+            // as the planner assumes when it hands them f16 activations.
+            if let Some(t) = [tile, CoopTile::STREAM].into_iter().find(fits) {
+                return t;
+            }
+        }
+        if n <= 16 {
+            return if rows >= 16384 {
+                CoopTile::SKINNY_WIDE
+            } else {
+                CoopTile::SKINNY
+            };
+        }
+        let big = CoopTile::BIG;
+        let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
+        if n > 64 && rows >= 4096 && cols >= 4096 && fits(&big) && full_waves(ctx, big_groups) {
+            big
+        } else if rows >= 1024 {
+            CoopTile::MID
+        } else {
+            CoopTile::SKINNY_WIDE
+        }
+    }
+
+    /// Specialization constants of the tile's kernel.
+    pub(super) fn spec(&self) -> Result<Vec<u32>> {
+        let base = self.wm > 0
+            && self.wn > 0
+            && self.wk > 0
+            && (1..=4).contains(&self.tm)
+            && (1..=4).contains(&self.tn)
+            && self.bk > 0
+            && self.bk.is_multiple_of(32);
+        let ok = if self.skinny {
+            // Whole weight sub-blocks per invocation and row tile.
+            self.wm > 0
+                && self.wk > 0
+                && self.wn == 1
+                && self.tn == 1
+                && (1..=8).contains(&self.tm)
+                && self.wm * self.wk <= 32
+                && self.bk > 0
+                && self.bk.is_multiple_of(64)
+        } else {
+            base && self.wm * self.wn * self.wk <= 8
+        };
+        if !ok {
+            return Err(ModelError::kernel(
+                "matmul_coop",
+                format!("cooperative tile {self:?}"),
+            ));
+        }
+        Ok(if self.skinny {
+            vec![self.invocations(), 32, self.wm, self.wk, self.tm, self.bk]
+        } else {
+            vec![
+                self.invocations(),
+                32,
+                self.wm,
+                self.wn,
+                self.wk,
+                self.tm,
+                self.tn,
+                self.bk,
+                self.staging_floats(),
+            ]
+        })
+    }
+}
+
+/// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
+/// fill the waves they take well: on the H200 (132 SMs), llama-8b at 512
+/// tokens, the output projection's 128 workgroups ran in 150 µs with it
+/// (253 µs with 64 × 64 tiles), the Q/K/V projection's 192 (one and a half
+/// waves) in 307 µs (257 with 64 × 64). Without an SM count, any number does.
+fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
+    let Some(sms) = ctx.caps().sm_count else {
+        return true;
+    };
+    let waves = groups as f64 / f64::from(sms.max(1));
+    waves / waves.ceil() >= 0.85 || waves >= 4.0
+}
+
+/// What a cooperative epilogue folds into the stores: the gate's
+/// activation, the rope, and whether the gated output is f16.
+pub(super) struct Epilogue<'a> {
+    pub glu: Option<Activation>,
+    pub rope: Option<FoldedRope<'a>>,
+    pub f16_out: bool,
+}
+
+impl<'a> Epilogue<'a> {
+    /// The epilogue of `output`; `None` for the sums of squares, which
+    /// only the skinny products write.
+    pub(super) fn of(output: Output<'a>) -> Option<Self> {
+        let plain = Epilogue {
+            glu: None,
+            rope: None,
+            f16_out: false,
+        };
+        match output {
+            Output::Store(_) | Output::Accumulate(_) => Some(plain),
+            Output::Roped { rope, .. } => Some(Epilogue {
+                rope: Some(rope),
+                ..plain
+            }),
+            Output::Gated { out, act } => Some(Epilogue {
+                glu: Some(act),
+                f16_out: matches!(out, AnyMat::F16(_)),
+                ..plain
+            }),
+            Output::AccumulateSquares { .. } => None,
+        }
+    }
+
+    /// The flag bits, as both cooperative interfaces number them.
+    pub(super) fn flags(&self, glu: u32, gelu: u32, rope: u32) -> u32 {
+        let mut f = 0;
+        if let Some(act) = self.glu {
+            f |= glu;
+            if act == Activation::GeluTanh {
+                f |= gelu;
+            }
+        }
+        if self.rope.is_some() {
+            f |= rope;
+        }
+        f
+    }
+
+    /// (rope rows, head dim, rotated dims, attention factor) for the push constants.
+    pub(super) fn rope_fields(&self) -> Result<(u32, u32, u32, f32)> {
+        let r = self.rope.map(|r| (r.rows, *r.rope()));
+        Ok((
+            pc_u32("rope rows", r.map_or(0, |r| r.0))?,
+            pc_u32("head_dim", r.map_or(2, |r| r.1.head_dim))?,
+            pc_u32("n_rot", r.map_or(0, |r| r.1.n_rot))?,
+            r.map_or(1.0, |r| r.1.attn_factor),
+        ))
+    }
+}
+
+/// Checks that `tile` fits the device and returns its workgroup counts over
+/// a chunk of `rows` rows and `n` tokens.
+pub(super) fn tile_groups(
+    ctx: &GpuContext,
+    tile: CoopTile,
+    rows: usize,
+    n: usize,
+) -> Result<[u32; 3]> {
+    if !tile.fits(ctx) {
+        return Err(ModelError::kernel(
+            "matmul_coop",
+            format!(
+                "cooperative tile {tile:?} takes {} bytes of shared memory",
+                tile.shared_bytes()
+            ),
+        ));
+    }
+    Ok([
+        pc_u32("groups", rows.div_ceil(tile.bm()))?,
+        pc_u32("groups", n.div_ceil(tile.bn()))?,
+        1,
+    ])
+}
+
+/// Records one chunk's product on the cooperative-matrix kernel.
+///
+/// # Errors
+/// Anything but 4-float-aligned f32 in, an f16 output or sums of squares
+/// out, a tile the device cannot run, or a value beyond 32 bits.
+pub(super) fn record_chunk(
+    rec: &mut Recording,
+    call: &LinearCall<'_>,
+    chunk: &WeightChunk,
+    tile: CoopTile,
+) -> Result<()> {
+    let (Input::F32(x), Some(ep)) = (call.input, Epilogue::of(call.output)) else {
+        return Err(unsupported("matmul_coop", call));
+    };
+    if ep.f16_out || !x.aligned4() || tile.skinny {
+        return Err(unsupported("matmul_coop", call));
+    }
+    let groups = tile_groups(rec.context(), tile, chunk.n_rows, call.n())?;
+    let d = ChunkDims::new(call, chunk, 1)?;
+    let (rope_rows, head_dim, n_rot, attn_factor) = ep.rope_fields()?;
+    let params = CoopParams {
+        k: d.k,
+        m: d.m,
+        nb: d.nb,
+        row_offset: d.row_offset,
+        n: d.n,
+        ld_x: d.ld_x,
+        ld_d: d.ld_d,
+        x_offset: d.x_offset,
+        d_offset: d.d_offset,
+        flags: call.store_flags(CoopParams::ACCUMULATE, CoopParams::BIAS)
+            | ep.flags(CoopParams::GLU, CoopParams::GELU, CoopParams::ROPE),
+        rope_rows,
+        head_dim,
+        n_rot,
+        attn_factor,
+    };
+    let rope = ep.rope.map(|r| *r.rope());
+    rec.dispatch(
+        Kernel::coop(call.weight.qtype()),
+        &tile.spec()?,
+        &[
+            Binding::read(&chunk.buffer),
+            Binding::read(x.buf),
+            Binding::write(call.output.out().buf()),
+            Binding::read(call.bias.unwrap_or(x.buf)),
+            Binding::read(rope.map_or(x.buf, |r| r.positions)),
+            Binding::read(rope.map_or(x.buf, |r| r.inv_freq)),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}

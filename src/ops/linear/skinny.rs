@@ -1,0 +1,119 @@
+//! The skinny family (`glsl/matmul_skinny.comp`): cooperative-matrix
+//! products of 9-16 tokens (batched decode), each subgroup streaming its
+//! own chunks of K through its own staging area without workgroup
+//! barriers. Besides the cooperative epilogue (rope, gated activation) it
+//! takes f16 activations as they are, writes the gated output as f16, and
+//! carries the RMS norm between two products: the producer writes each
+//! token's sums of squares of what it stored, the consumer folds the norm
+//! into its input from them.
+
+use super::coop::{Epilogue, tile_groups};
+use super::{ChunkDims, CoopTile, Input, LinearCall, Output, unsupported};
+use crate::error::Result;
+use crate::gpu::{Binding, Kernel, Recording};
+use crate::ops::params::SkinnyParams;
+use crate::ops::pc_u32;
+use crate::ops::rms_norm::NormFlavor;
+use crate::quant::WeightChunk;
+
+/// Most tokens the cooperative-matrix products stream through
+/// `matmul_skinny.comp` (one 16-token block per workgroup).
+pub const SKINNY_MAX_TOKENS: usize = 16;
+
+/// Records one chunk's product on the skinny kernel.
+///
+/// # Errors
+/// Unaligned activations, a tile that is not skinny or does not fit the
+/// device, or a value beyond 32 bits.
+pub(super) fn record_chunk(
+    rec: &mut Recording,
+    call: &LinearCall<'_>,
+    chunk: &WeightChunk,
+    tile: CoopTile,
+) -> Result<()> {
+    let x = call.input.x();
+    if !x.aligned4() || !tile.skinny {
+        return Err(unsupported("matmul_skinny", call));
+    }
+    let groups = tile_groups(rec.context(), tile, chunk.n_rows, call.n())?;
+    let t = call.weight.qtype();
+    let (kernel, norm) = match call.input {
+        Input::F32(_) => (Kernel::skinny_f32(t), None),
+        Input::F16(_) => (Kernel::skinny_f16(t), None),
+        Input::NormedBySquares { norm, squares, .. } => {
+            (Kernel::skinny_f32_norm(t), Some((norm, squares)))
+        }
+        Input::Normed { .. } => return Err(unsupported("matmul_skinny", call)),
+    };
+    let (ep, squares_out) = match call.output {
+        // One binding carries the sums in or out, never both.
+        Output::AccumulateSquares { .. } if norm.is_some() => {
+            return Err(unsupported("matmul_skinny", call));
+        }
+        Output::AccumulateSquares { squares, .. } => (None, Some(squares)),
+        out => (Epilogue::of(out), None),
+    };
+    let mut flags = call.store_flags(SkinnyParams::ACCUMULATE, SkinnyParams::BIAS);
+    let (mut rope_rows, mut head_dim, mut n_rot, mut attn_factor) = (0, 2, 0, 1.0);
+    let mut rope = None;
+    if let Some(ep) = &ep {
+        flags |= ep.flags(SkinnyParams::GLU, SkinnyParams::GELU, SkinnyParams::ROPE);
+        if ep.f16_out {
+            flags |= SkinnyParams::OUT_F16;
+        }
+        (rope_rows, head_dim, n_rot, attn_factor) = ep.rope_fields()?;
+        rope = ep.rope.map(|r| *r.rope());
+    }
+    if squares_out.is_some() {
+        flags |= SkinnyParams::SQUARES_OUT;
+    }
+    if let Some((nm, _)) = norm
+        && nm.flavor == NormFlavor::ZeroCentred
+    {
+        flags |= SkinnyParams::NORM_ZERO_CENTRED;
+    }
+    let sq = squares_out.or(norm.map(|(_, s)| s));
+    let d = ChunkDims::new(call, chunk, 1)?;
+    let params = SkinnyParams {
+        k: d.k,
+        m: d.m,
+        nb: d.nb,
+        row_offset: d.row_offset,
+        n: d.n,
+        ld_x: d.ld_x,
+        ld_d: d.ld_d,
+        x_offset: d.x_offset,
+        d_offset: d.d_offset,
+        flags,
+        rope_rows,
+        head_dim,
+        n_rot,
+        attn_factor,
+        sq_offset: pc_u32("sq_offset", sq.map_or(0, |q| q.offset))?,
+        sq_groups: pc_u32("sq_groups", sq.map_or(0, |q| q.groups))?,
+        eps: norm.map_or(0.0, |(nm, _)| nm.eps),
+    };
+    let (xb, out) = (x.buf(), call.output.out().buf());
+    rec.dispatch(
+        kernel,
+        &tile.spec()?,
+        &[
+            Binding::read(&chunk.buffer),
+            Binding::read(xb),
+            Binding::write(out),
+            Binding::read(call.bias.unwrap_or(xb)),
+            Binding::read(rope.map_or(xb, |r| r.positions)),
+            Binding::read(rope.map_or(xb, |r| r.inv_freq)),
+            // The f16 alias of D (gated f16 outputs).
+            Binding::write(out),
+            match (squares_out, norm) {
+                (Some(s), _) => Binding::write(s.buf),
+                (None, Some((_, s))) => Binding::read(s.buf),
+                (None, None) => Binding::read(xb),
+            },
+            Binding::read(norm.map_or(xb, |(nm, _)| nm.weight)),
+        ],
+        bytemuck::bytes_of(&params),
+        groups,
+    )
+}

@@ -1,0 +1,161 @@
+//! The planner: the one place that decides which kernels run a model's
+//! blocks and which steps fold into which. A model states *what* to compute
+//! — a [`DecoderBlock`]: norm → projection (then rope or gated activation) →
+//! attention → projection added to the residual (optionally post-normed) —
+//! and the planner records it for the device, the token count, whether each
+//! token is alone in its sequence and the numerics mode ([`Plan`], made once
+//! per shape class), over the activation buffers it owns ([`Workspace`]).
+//!
+//! Fusions it makes (each only where the kernel that would run supports it):
+//! the RMS norm into the matvec's input (decode), the norm between two
+//! products through sums of squares (batched decode on cooperative-matrix
+//! GPUs), the rope and the gated activation into the products' stores, the
+//! K/V store into the decode attention kernel, f16 activations between the
+//! skinny products. [`Fusion::Off`] (or `COMBS_DISABLE_FUSION=1`, as
+//! llama.cpp's `GGML_VK_DISABLE_FUSION`) records every step as a dispatch
+//! of its own, for debugging and for tests comparing the two.
+
+mod block;
+mod forward;
+mod workspace;
+
+pub use block::{AttentionSpec, DecoderBlock, Ffn, OutputHead, QkNorm, Qkv, RopeSpec};
+pub use forward::Forward;
+pub use workspace::{Workspace, WorkspaceShape};
+
+use super::act_round::Numerics;
+use super::linear::{
+    CoopTile, Input, KernelCaps, LinearVariant, MATVEC_MAX_TOKENS, SKINNY_MAX_TOKENS,
+};
+use super::{AnyMat, is_cpu};
+use crate::gpu::GpuContext;
+
+/// Whether the planner may fold steps into each other's kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fusion {
+    /// Fold where the kernels support it (the default).
+    #[default]
+    On,
+    /// Every step a dispatch of its own, f32 activations between them.
+    Off,
+}
+
+impl Fusion {
+    /// `Off` where the environment sets `COMBS_DISABLE_FUSION` to anything
+    /// but empty or `0`, else `On`.
+    pub fn from_env() -> Self {
+        match std::env::var("COMBS_DISABLE_FUSION") {
+            Ok(v) if !v.is_empty() && v != "0" => Fusion::Off,
+            _ => Fusion::On,
+        }
+    }
+}
+
+/// The planner's settings for one model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Planner {
+    /// How products treat their inputs (exact, or rounded as llama.cpp's CPU backend).
+    pub numerics: Numerics,
+    /// Whether steps fold into each other.
+    pub fusion: Fusion,
+}
+
+impl Planner {
+    /// The decisions for calls of `n_tokens` tokens on `ctx`, each the only
+    /// new one of its sequence where `one_per_sequence` says so.
+    pub fn plan(&self, ctx: &GpuContext, n_tokens: usize, one_per_sequence: bool) -> Plan {
+        let fuse = self.fusion == Fusion::On;
+        let exact = self.numerics == Numerics::Exact;
+        let f16 = fuse && exact && f16_activations(ctx, n_tokens);
+        let one = one_per_sequence || n_tokens == 1;
+        Plan {
+            planner: *self,
+            n_tokens,
+            caps: KernelCaps::of(ctx),
+            f16_activations: f16,
+            // A prompt's tokens may differ in scale by orders of magnitude,
+            // and the skinny kernel stages a workgroup's tokens with one
+            // scale: only decode steps fold the norm from sums of squares.
+            norm_in_products: f16 && one,
+            store_in_attention: fuse && one && !is_cpu(ctx),
+        }
+    }
+}
+
+/// What the planner decided for one shape class: which kernel family the
+/// products of a given input run on, and which steps fold.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    planner: Planner,
+    /// Tokens per call.
+    pub n_tokens: usize,
+    caps: KernelCaps,
+    /// Products take f16 activations, which the steps before them write.
+    pub f16_activations: bool,
+    /// Products adding into the residual write its sums of squares, and the
+    /// next ones fold the RMS norm of it into their input.
+    pub norm_in_products: bool,
+    /// The decode attention kernel stores the new K/V rows itself.
+    pub store_in_attention: bool,
+}
+
+impl Plan {
+    /// The kernel family a product of `x` runs on: the f32-only ones under
+    /// llama.cpp numerics, since f16 matrix units would add their own
+    /// rounding.
+    pub fn variant(&self, x: AnyMat<'_>) -> LinearVariant {
+        match (self.planner.numerics, x) {
+            (Numerics::LlamaCppCpu, AnyMat::F32(x)) => {
+                LinearVariant::choose_f32_for(self.caps, self.n_tokens, x)
+            }
+            _ => LinearVariant::choose_for(self.caps, self.n_tokens, x),
+        }
+    }
+
+    /// Whether the RMS norm of `x` folds into the matvecs reading it (not
+    /// under llama.cpp numerics, which round the normalized input).
+    pub fn folds_norm(&self, x: AnyMat<'_>) -> bool {
+        self.planner.fusion == Fusion::On
+            && self.planner.numerics == Numerics::Exact
+            && self.variant(x) == LinearVariant::Matvec
+    }
+
+    /// Whether a product reading `input` folds a rope or a gated activation
+    /// into its stores: the matvec and the cooperative-matrix kernels do.
+    pub fn folds_epilogue(&self, input: &Input<'_>) -> bool {
+        self.planner.fusion == Fusion::On
+            && match input {
+                Input::F32(x) => matches!(
+                    self.variant(AnyMat::F32(*x)),
+                    LinearVariant::Matvec | LinearVariant::Coop
+                ),
+                _ => true,
+            }
+    }
+
+    /// Whether the step producing `cols`-wide activations for the products
+    /// writes them as f16 (the products read them four at a time).
+    pub fn f16_for(&self, cols: usize) -> bool {
+        self.f16_activations && cols.is_multiple_of(4)
+    }
+
+    /// How products treat their inputs.
+    pub fn numerics(&self) -> Numerics {
+        self.planner.numerics
+    }
+}
+
+/// Whether the products of a batch of `n` tokens take f16 activations on
+/// this device: batches past the matvec's [`MATVEC_MAX_TOKENS`] up to
+/// [`SKINNY_MAX_TOKENS`], on GPUs with cooperative matrices, where
+/// `matmul_skinny.comp` copies them into its staging areas instead of
+/// converting them in every subgroup. The steps that produce those inputs
+/// (the RMS norm, the gated epilogue, the decode attention) then write f16
+/// directly, rounding as the product would.
+pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
+    n > MATVEC_MAX_TOKENS
+        && n <= SKINNY_MAX_TOKENS
+        && !is_cpu(ctx)
+        && LinearVariant::coop_available(ctx)
+        && CoopTile::STREAM.fits(ctx)
+}
