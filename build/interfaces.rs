@@ -35,6 +35,41 @@ pub struct Flag {
     pub doc: &'static str,
 }
 
+/// Fields several interfaces share, as one Rust struct (flattened in GLSL).
+pub struct Group {
+    /// The Rust struct.
+    pub rust: &'static str,
+    /// What it holds.
+    pub doc: &'static str,
+    pub fields: Vec<Field>,
+}
+
+/// One entry of an interface: a field, or a group of fields under a name.
+pub enum Item {
+    Field(Field),
+    Group {
+        /// The member's name in Rust.
+        member: &'static str,
+        group: Group,
+    },
+}
+
+impl Item {
+    /// The fields it lays out, in order.
+    fn fields(&self) -> &[Field] {
+        match self {
+            Item::Field(f) => std::slice::from_ref(f),
+            Item::Group { group, .. } => &group.fields,
+        }
+    }
+}
+
+impl From<Field> for Item {
+    fn from(f: Field) -> Self {
+        Item::Field(f)
+    }
+}
+
 /// One kernel family's interface.
 pub struct Interface {
     /// The include file's name: `iface/<family>.glsl`.
@@ -45,8 +80,15 @@ pub struct Interface {
     pub doc: &'static str,
     /// Prefix of the GLSL flag constants.
     pub glsl_prefix: &'static str,
-    pub fields: Vec<Field>,
+    pub fields: Vec<Item>,
     pub flags: Vec<Flag>,
+}
+
+impl Interface {
+    /// Every field, groups flattened.
+    fn flat(&self) -> impl Iterator<Item = &Field> {
+        self.fields.iter().flat_map(Item::fields)
+    }
 }
 
 const fn u(name: &'static str, doc: &'static str) -> Field {
@@ -65,46 +107,62 @@ const fn f(name: &'static str, doc: &'static str) -> Field {
     }
 }
 
+/// Plain fields as interface items.
+fn items(fields: Vec<Field>) -> Vec<Item> {
+    fields.into_iter().map(Item::Field).collect()
+}
+
 const fn flag(name: &'static str, bit: u32, doc: &'static str) -> Flag {
     Flag { name, bit, doc }
 }
 
-/// The fields every tiled linear kernel starts with.
-fn linear_base(unit: &'static str) -> Vec<Field> {
-    // `unit` names what x's stride and offset count (floats, vec4s, elements).
-    let (ld_x, x_offset): (&'static str, &'static str) = match unit {
-        "vec4" => ("vec4s between tokens of X.", "vec4 index of X[0, 0]."),
-        "element" => (
-            "Elements between tokens of X (a multiple of 4).",
-            "Element index of X[0, 0] (a multiple of 4).",
-        ),
-        _ => ("Floats between tokens of X.", "Float index of X[0, 0]."),
+/// The sizes and offsets every tiled linear kernel starts with, and its flags.
+fn linear_base() -> Vec<Item> {
+    let dims = Group {
+        rust: "LinearDims",
+        doc: "The sizes and offsets of a tiled product over one chunk of a weight.",
+        fields: vec![
+            u("k", "Columns (a multiple of 32)."),
+            u("m", "Rows in this chunk of the weight."),
+            u("nb", "Blocks in this chunk."),
+            u("row_offset", "Output column of the chunk's first row."),
+            u("n", "Tokens."),
+            u(
+                "ld_x",
+                "Stride between tokens of X in the kernel's units of X (floats, vec4s, elements).",
+            ),
+            u("ld_d", "Elements between tokens of D."),
+            u("x_offset", "Index of X[0, 0] in the kernel's units of X."),
+            u("d_offset", "Element index of D[0, 0]."),
+        ],
     };
     vec![
-        u("k", "Columns (a multiple of 32)."),
-        u("m", "Rows in this chunk of the weight."),
-        u("nb", "Blocks in this chunk."),
-        u("row_offset", "Output column of the chunk's first row."),
-        u("n", "Tokens."),
-        u("ld_x", ld_x),
-        u("ld_d", "Elements between tokens of D."),
-        u("x_offset", x_offset),
-        u("d_offset", "Element index of D[0, 0]."),
-        u("flags", "Flag bits (the associated constants)."),
+        Item::Group {
+            member: "dims",
+            group: dims,
+        },
+        u("flags", "Flag bits (the associated constants).").into(),
     ]
 }
 
 /// The fields of a rope folded into a product's stores.
-fn rope_fields() -> Vec<Field> {
-    vec![
-        u(
-            "rope_rows",
-            "Output rows the folded rope rotates (q and k heads).",
-        ),
-        u("head_dim", "Floats per head of the folded rope."),
-        u("n_rot", "Rotated dimensions per head."),
-        f("attn_factor", "Multiplier of the rope's cos and sin."),
-    ]
+fn rope_fields() -> Item {
+    Item::Group {
+        member: "rope",
+        group: Group {
+            rust: "RopeFold",
+            doc: "A rope folded into a product's stores.",
+            fields: vec![
+                u(
+                    "rope_rows",
+                    "Output rows the folded rope rotates (q and k heads).",
+                ),
+                u("head_dim", "Floats per head of the folded rope."),
+                u("n_rot", "Rotated dimensions per head."),
+                f("attn_factor", "Multiplier of the rope's cos and sin."),
+            ],
+        },
+    }
 }
 
 /// What every linear kernel's epilogue (`common/linear_out.glsl`) reads.
@@ -144,22 +202,20 @@ fn fold_flags() -> Vec<Flag> {
 
 /// Every interface.
 pub fn interfaces() -> Vec<Interface> {
-    let mut matvec_fields = vec![
-        u("k", "Columns (a multiple of 32; of 256 for K-quants)."),
-        u("m", "Rows in this chunk of the weight."),
-        u("nb", "Blocks in this chunk."),
-        u("row_offset", "Output index of the chunk's first row."),
-        u("x_offset", "vec4 index of the input vector."),
-        u("d_offset", "Output index of row 0 of the whole weight."),
-        u("flags", "Flag bits (the associated constants)."),
-        f("eps", "Epsilon of the folded RMS norm."),
+    let matvec_fields: Vec<Item> = vec![
+        u("k", "Columns (a multiple of 32; of 256 for K-quants).").into(),
+        u("m", "Rows in this chunk of the weight.").into(),
+        u("nb", "Blocks in this chunk.").into(),
+        u("row_offset", "Output index of the chunk's first row.").into(),
+        u("x_offset", "vec4 index of the input vector.").into(),
+        u("d_offset", "Output index of row 0 of the whole weight.").into(),
+        u("flags", "Flag bits (the associated constants).").into(),
+        f("eps", "Epsilon of the folded RMS norm.").into(),
+        rope_fields(),
+        u("n_tok", "Tokens (workgroups interleave them).").into(),
+        u("ld_x", "vec4s between tokens of x.").into(),
+        u("ld_d", "Floats between tokens of d.").into(),
     ];
-    matvec_fields.extend(rope_fields());
-    matvec_fields.extend([
-        u("n_tok", "Tokens (workgroups interleave them)."),
-        u("ld_x", "vec4s between tokens of x."),
-        u("ld_d", "Floats between tokens of d."),
-    ]);
     let mut matvec_flags = store_flags();
     matvec_flags.push(flag(
         "NORM",
@@ -168,8 +224,8 @@ pub fn interfaces() -> Vec<Interface> {
     ));
     matvec_flags.extend(fold_flags());
 
-    let mut coop_fields = linear_base("float");
-    coop_fields.extend(rope_fields());
+    let mut coop_fields = linear_base();
+    coop_fields.push(rope_fields());
     let mut coop_flags = store_flags();
     coop_flags.extend(
         fold_flags()
@@ -177,9 +233,9 @@ pub fn interfaces() -> Vec<Interface> {
             .filter(|f| f.name != "NORM_ZERO_CENTRED"),
     );
 
-    let mut skinny_fields = linear_base("element");
-    skinny_fields.extend(rope_fields());
-    skinny_fields.extend([
+    let mut skinny_fields = linear_base();
+    skinny_fields.push(rope_fields());
+    skinny_fields.extend(items(vec![
         u(
             "sq_offset",
             "Float index of token 0's first sum of squares.",
@@ -189,7 +245,7 @@ pub fn interfaces() -> Vec<Interface> {
             "Sums of squares per token: the producer's rows / 16, rounded up.",
         ),
         f("eps", "Epsilon of the norm folded into the input."),
-    ]);
+    ]));
     let mut skinny_flags = store_flags();
     skinny_flags.extend(fold_flags());
     skinny_flags.extend([
@@ -224,7 +280,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "TiledParams",
             doc: "`glsl/matmul.comp`: tiles through shared memory.",
             glsl_prefix: "LINEAR",
-            fields: linear_base("float"),
+            fields: linear_base(),
             flags: store_flags(),
         },
         Interface {
@@ -232,7 +288,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "RowsParams",
             doc: "`glsl/matmul_rows.comp`: one invocation per row, for CPU devices.",
             glsl_prefix: "LINEAR",
-            fields: linear_base("vec4"),
+            fields: linear_base(),
             flags: store_flags(),
         },
         Interface {
@@ -256,7 +312,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "AttentionParams",
             doc: "`glsl/attention.comp`, `attention_rows.comp`, `attention_blocks.comp`.",
             glsl_prefix: "ATTN",
-            fields: vec![
+            fields: items(vec![
                 u("n_tokens", "Query tokens."),
                 u("n_head", "Query heads."),
                 u("n_head_kv", "KV heads."),
@@ -277,7 +333,7 @@ pub fn interfaces() -> Vec<Interface> {
                 u("ld_new", "Floats between tokens of the new K and V rows."),
                 u("k_new", "Float index of token 0's new K row."),
                 u("v_new", "Float index of token 0's new V row."),
-            ],
+            ]),
             flags: vec![flag(
                 "STORE_NEW",
                 1,
@@ -289,7 +345,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "KvStoreParams",
             doc: "`glsl/kv_store.comp`: new K or V rows into an f16 cache.",
             glsl_prefix: "KV_STORE",
-            fields: vec![
+            fields: items(vec![
                 u("n_tokens", "Tokens."),
                 u(
                     "width",
@@ -299,7 +355,7 @@ pub fn interfaces() -> Vec<Interface> {
                 u("offset", "Float index of the source's token 0."),
                 u("page_size", "Cache rows per page."),
                 u("ring", "Ring size (0: none)."),
-            ],
+            ]),
             flags: vec![],
         },
         Interface {
@@ -307,7 +363,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "RmsNormParams",
             doc: "`glsl/rms_norm.comp`.",
             glsl_prefix: "RMS_NORM",
-            fields: vec![
+            fields: items(vec![
                 u("n_cols", "Elements per row."),
                 u("n_rows", "Rows."),
                 u("ld_x", "Floats between rows of x."),
@@ -322,7 +378,7 @@ pub fn interfaces() -> Vec<Interface> {
                 ),
                 u("ld_group_x", "Floats between groups of x."),
                 u("ld_group_d", "Floats between groups of d."),
-            ],
+            ]),
             flags: vec![
                 flag("ZERO_CENTRED", 1, "Scale by (1 + w)."),
                 flag("ADD", 2, "Add the result into d."),
@@ -334,7 +390,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "RopeParams",
             doc: "`glsl/rope.comp`.",
             glsl_prefix: "ROPE",
-            fields: vec![
+            fields: items(vec![
                 u("n_tokens", "Tokens."),
                 u("n_heads", "Heads per token."),
                 u("head_dim", "Floats per head."),
@@ -349,7 +405,7 @@ pub fn interfaces() -> Vec<Interface> {
                     "attn_factor",
                     "Multiplier of cos and sin (YaRN / LongRoPE magnitude scaling; 1 otherwise).",
                 ),
-            ],
+            ]),
             flags: vec![flag(
                 "NEOX",
                 1,
@@ -361,7 +417,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "GluParams",
             doc: "`glsl/glu.comp`.",
             glsl_prefix: "GLU",
-            fields: vec![
+            fields: items(vec![
                 u("n_tokens", "Tokens."),
                 u("width", "Elements per token."),
                 u("ld_g", "Floats between tokens of g."),
@@ -374,7 +430,7 @@ pub fn interfaces() -> Vec<Interface> {
                     "step",
                     "Floats between consecutive columns of g and u (2: interleaved pairs).",
                 ),
-            ],
+            ]),
             flags: vec![],
         },
         Interface {
@@ -382,7 +438,7 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "GetRowsParams",
             doc: "`glsl/get_rows.comp`.",
             glsl_prefix: "GET_ROWS",
-            fields: vec![
+            fields: items(vec![
                 u("k", "Columns (a multiple of 32)."),
                 u("nb", "Blocks in the chunk."),
                 u("row_start", "First row of the chunk."),
@@ -394,7 +450,7 @@ pub fn interfaces() -> Vec<Interface> {
                     "scale",
                     "Multiplier (Gemma scales embeddings by sqrt(n_embd)).",
                 ),
-            ],
+            ]),
             flags: vec![],
         },
         Interface {
@@ -402,14 +458,14 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "ActRoundParams",
             doc: "`glsl/act_round.comp`.",
             glsl_prefix: "ACT_ROUND",
-            fields: vec![
+            fields: items(vec![
                 u("n_tokens", "Tokens."),
                 u("width", "Elements per token (a multiple of the block)."),
                 u("ld_x", "Floats between tokens of x."),
                 u("ld_d", "Floats between tokens of d."),
                 u("x_offset", "Float index of x's token 0."),
                 u("d_offset", "Float index of d's token 0."),
-            ],
+            ]),
             flags: vec![],
         },
         Interface {
@@ -417,14 +473,14 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "DequantParams",
             doc: "`glsl/dequant.comp`.",
             glsl_prefix: "DEQUANT",
-            fields: vec![
+            fields: items(vec![
                 u("n", "Weights to expand."),
                 u("nb", "Blocks in the bound weight buffer (plane stride)."),
                 u(
                     "first",
                     "Index (within the buffer) of the first weight to expand.",
                 ),
-            ],
+            ]),
             flags: vec![],
         },
         Interface {
@@ -432,13 +488,13 @@ pub fn interfaces() -> Vec<Interface> {
             rust: "SoftcapParams",
             doc: "`glsl/softcap.comp`: `d = cap * tanh(d / cap)` in place.",
             glsl_prefix: "SOFTCAP",
-            fields: vec![
+            fields: items(vec![
                 u("n_rows", "Rows."),
                 u("width", "Floats per row."),
                 u("ld", "Floats between rows."),
                 u("offset", "Float index of row 0."),
                 f("cap", "The cap."),
-            ],
+            ]),
             flags: vec![],
         },
     ]
@@ -458,24 +514,64 @@ fn rust_type(t: Ty) -> &'static str {
     }
 }
 
-/// The Rust side of every interface.
+/// A `#[repr(C)]` struct of `(member, type, doc)` fields, each 4 bytes or
+/// a struct of them (no padding).
+fn rust_struct(s: &mut String, name: &str, doc: &str, fields: &[(&str, &str, &str)]) {
+    let _ = writeln!(s, "/// {doc}");
+    s.push_str("#[repr(C)]\n");
+    s.push_str("#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]\n");
+    let _ = writeln!(s, "pub struct {name} {{");
+    for (member, ty, doc) in fields {
+        let _ = writeln!(s, "    /// {doc}");
+        let _ = writeln!(s, "    pub {member}: {ty},");
+    }
+    s.push_str("}\n");
+}
+
+fn size_check(s: &mut String, name: &str, words: usize) {
+    let _ = writeln!(
+        s,
+        "const _: () = assert!(std::mem::size_of::<{name}>() == {});",
+        4 * words
+    );
+}
+
+/// The Rust side of every interface: the shared groups once, then each
+/// family's struct and flag constants.
 pub fn rust_source(all: &[Interface]) -> String {
     let mut s = String::new();
+    let mut groups: Vec<&str> = Vec::new();
     for i in all {
-        let _ = writeln!(s, "/// Push constants of {}", i.doc);
-        s.push_str("#[repr(C)]\n#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]\n");
-        let _ = writeln!(s, "pub struct {} {{", i.rust);
-        for fl in &i.fields {
-            let _ = writeln!(s, "    /// {}", fl.doc);
-            let _ = writeln!(s, "    pub {}: {},", fl.name, rust_type(fl.ty));
+        for item in &i.fields {
+            if let Item::Group { group, .. } = item
+                && !groups.contains(&group.rust)
+            {
+                groups.push(group.rust);
+                let fields: Vec<_> = group
+                    .fields
+                    .iter()
+                    .map(|f| (f.name, rust_type(f.ty), f.doc))
+                    .collect();
+                rust_struct(&mut s, group.rust, group.doc, &fields);
+                size_check(&mut s, group.rust, group.fields.len());
+                s.push('\n');
+            }
         }
-        s.push_str("}\n");
-        let _ = writeln!(
-            s,
-            "const _: () = assert!(std::mem::size_of::<{}>() == {});",
+        let members: Vec<_> = i
+            .fields
+            .iter()
+            .map(|item| match item {
+                Item::Field(f) => (f.name, rust_type(f.ty), f.doc),
+                Item::Group { member, group } => (*member, group.rust, group.doc),
+            })
+            .collect();
+        rust_struct(
+            &mut s,
             i.rust,
-            4 * i.fields.len()
+            &format!("Push constants of {}", i.doc),
+            &members,
         );
+        size_check(&mut s, i.rust, i.flat().count());
         if !i.flags.is_empty() {
             let _ = writeln!(s, "impl {} {{", i.rust);
             for fl in &i.flags {
@@ -489,7 +585,7 @@ pub fn rust_source(all: &[Interface]) -> String {
     s
 }
 
-/// The GLSL include of one interface.
+/// The GLSL include of one interface (groups flattened).
 pub fn glsl_source(i: &Interface) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -498,7 +594,7 @@ pub fn glsl_source(i: &Interface) -> String {
         i.family
     );
     s.push_str("layout(push_constant) uniform Params {\n");
-    for fl in &i.fields {
+    for fl in i.flat() {
         let _ = writeln!(s, "    {} {}; // {}", glsl_type(fl.ty), fl.name, fl.doc);
     }
     s.push_str("} p;\n");

@@ -82,6 +82,9 @@ pub fn groups_1d(ctx: &GpuContext, n: u32) -> [u32; 3] {
     }
 }
 
+/// Invocations per workgroup of elementwise kernels.
+pub const ELEMENTWISE_WG: u32 = 256;
+
 const SETS_PER_POOL: u32 = 256;
 const MAX_BINDINGS_PER_SET: u32 = 12;
 const MAX_TIMESTAMPS: u32 = 2048;
@@ -343,21 +346,22 @@ impl Recording {
     }
 
     /// Records an elementwise dispatch: `threads` invocations in workgroups
-    /// of `wg` (the workgroup size is the kernel's specialization constant
-    /// 0), folded into y where x would pass the device's limit ([`groups_1d`]).
+    /// of [`ELEMENTWISE_WG`] (the kernel's specialization constant 0),
+    /// folded into y where x would pass the device's limit ([`groups_1d`]),
+    /// with `params` as push constants.
     ///
     /// # Errors
     /// As [`Recording::dispatch`].
-    pub fn dispatch_elementwise(
+    pub fn dispatch_elementwise<P: bytemuck::Pod>(
         &mut self,
         kernel: Kernel,
-        wg: u32,
         bindings: &[Binding<'_>],
-        push: &[u8],
+        params: &P,
         threads: u32,
     ) -> Result<()> {
-        let groups = groups_1d(&self.ctx, threads.div_ceil(wg.max(1)));
-        self.dispatch(kernel, &[wg], bindings, push, groups)
+        let groups = groups_1d(&self.ctx, threads.div_ceil(ELEMENTWISE_WG));
+        let push = bytemuck::bytes_of(params);
+        self.dispatch(kernel, &[ELEMENTWISE_WG], bindings, push, groups)
     }
 
     /// Like [`Recording::dispatch`], with the workgroup counts read by the GPU from

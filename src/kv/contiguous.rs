@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{CacheKind, KVCache, KvAttention, LayerGeometry, LayerKv};
+use super::{CacheKind, KVCache, KvAttention, LayerCall, LayerGeometry, LayerKv};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, run_once};
 use crate::ops::kv_store::CacheAddressing;
@@ -89,12 +89,12 @@ impl KvAttention for ContiguousKVCache {
         self.n_ctx
     }
 
-    fn layer_kv<'a>(
-        &'a self,
-        il: usize,
-        n_tokens: usize,
-        positions: &'a Arc<Buffer>,
-    ) -> Result<LayerKv<'a>> {
+    fn layer_kv<'a>(&'a self, call: LayerCall<'a>) -> Result<LayerKv<'a>> {
+        let LayerCall {
+            il,
+            n_tokens,
+            positions,
+        } = call;
         let layer = self
             .layers
             .get(il)

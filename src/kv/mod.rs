@@ -17,7 +17,7 @@ pub use contiguous::ContiguousKVCache;
 pub use paged::{PagedBatchView, PagedKVCache};
 pub use pool::{PagePool, PageStats};
 
-pub use crate::ops::kv_store::{KvAttention, LayerKv};
+pub use crate::ops::kv_store::{KvAttention, LayerCall, LayerKv};
 
 use crate::error::Result;
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use super::pool::{PagePool, PageStats, Tables};
-use super::{CacheKind, KVCache, KvAttention, LayerKv};
+use super::{CacheKind, KVCache, KvAttention, LayerCall, LayerKv};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, MemoryKind, run_once};
 
@@ -157,19 +157,14 @@ impl KvAttention for PagedKVCache {
         self.n_ctx
     }
 
-    fn layer_kv<'a>(
-        &'a self,
-        il: usize,
-        n_tokens: usize,
-        positions: &'a Arc<Buffer>,
-    ) -> Result<LayerKv<'a>> {
+    fn layer_kv<'a>(&'a self, call: LayerCall<'a>) -> Result<LayerKv<'a>> {
         let t = Tables {
             full: &self.page_table,
             full_base: &self.seq_base,
             ring: &self.ring_table,
             ring_base: &self.seq_base,
         };
-        self.pool.layer_kv(il, n_tokens, positions, t)
+        self.pool.layer_kv(call, t)
     }
 }
 
@@ -363,19 +358,14 @@ impl KvAttention for PagedBatchView<'_> {
         self.n_ctx
     }
 
-    fn layer_kv<'a>(
-        &'a self,
-        il: usize,
-        n_tokens: usize,
-        positions: &'a Arc<Buffer>,
-    ) -> Result<LayerKv<'a>> {
+    fn layer_kv<'a>(&'a self, call: LayerCall<'a>) -> Result<LayerKv<'a>> {
         let t = Tables {
             full: self.page_table,
             full_base: self.seq_base,
             ring: self.ring_table,
             ring_base: self.ring_base,
         };
-        self.pool.layer_kv(il, n_tokens, positions, t)
+        self.pool.layer_kv(call, t)
     }
 
     fn one_per_sequence(&self, n_tokens: usize) -> bool {

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{LayerGeometry, LayerKv};
+use super::{LayerCall, LayerGeometry, LayerKv};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording};
 use crate::ops::kv_store::CacheAddressing;
@@ -366,15 +366,17 @@ impl PagePool {
         c.1 = c.1.saturating_add_signed(tokens);
     }
 
-    /// Layer `il`'s caches for a call of `n_tokens` tokens at `positions`,
-    /// each reading its sequence's pages through the tables of `t`.
+    /// The caches of `call`'s layer for its tokens, each reading its sequence's pages through the tables of `t`.
     pub(super) fn layer_kv<'a>(
         &'a self,
-        il: usize,
-        n_tokens: usize,
-        positions: &'a Arc<Buffer>,
+        call: LayerCall<'a>,
         t: Tables<'a>,
     ) -> Result<LayerKv<'a>> {
+        let LayerCall {
+            il,
+            n_tokens,
+            positions,
+        } = call;
         let slot = self
             .slots
             .get(il)

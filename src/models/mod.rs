@@ -28,7 +28,8 @@ pub use spec::{ArchSpec, Family, LayerKind};
 use crate::error::Result;
 use crate::gpu::{GpuContext, Recording};
 use crate::kv::{CacheConfig, KVCache, KvAttention, KvCaches, LayerGeometry};
-use crate::ops::plan::{Forward, OutputHead, Planner, WorkspaceShape};
+use crate::ops::act_round::Numerics;
+use crate::ops::plan::{Forward, OutputHead, Planner, Workspace, WorkspaceShape};
 use crate::quant::QuantWeight;
 
 /// A text-generating model resident on the GPU.
@@ -174,13 +175,16 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
     }
 
     fn create_scratch(&self, max_tokens: usize, max_logit_rows: usize) -> Result<Scratch> {
-        Scratch::new(
-            self.context(),
-            self.arch.workspace_shape(),
+        let round_inputs = self.planner.numerics != Numerics::Exact;
+        let shape = self.arch.workspace_shape();
+        let ctx = self.context();
+        Scratch::new(Workspace::new(
+            ctx,
+            shape,
             max_tokens,
             max_logit_rows,
-            self.planner.numerics != crate::ops::act_round::Numerics::Exact,
-        )
+            round_inputs,
+        )?)
     }
 
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()> {

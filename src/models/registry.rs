@@ -9,7 +9,7 @@ use super::spec::{ArchSpec, Family};
 use super::{GenerativeModel, Loaded};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
-use crate::gpu::GpuContext;
+use crate::gpu::{DeviceClass, GpuContext};
 use crate::ops::plan::{Fusion, Planner};
 
 /// Loads a generative model of a known family from a GGUF file.
@@ -26,6 +26,9 @@ pub struct LoadOptions {
     /// Whether the planner folds steps into each other's kernels
     /// (`COMBS_DISABLE_FUSION=1` in the environment turns it off too).
     pub fusion: Fusion,
+    /// Plan kernels as for this class of device (`None`: the device's own;
+    /// see [`Planner::plan_as`]).
+    pub plan_as: Option<DeviceClass>,
 }
 
 impl LoadOptions {
@@ -37,6 +40,7 @@ impl LoadOptions {
                 Fusion::Off => Fusion::Off,
                 Fusion::On => self.fusion,
             },
+            plan_as: self.plan_as,
         }
     }
 }

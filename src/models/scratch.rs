@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::gpu::{Buffer, GpuContext, MemoryKind};
-use crate::ops::plan::{Workspace, WorkspaceShape};
+use crate::gpu::Buffer;
+use crate::ops::plan::Workspace;
 
 /// Activation buffers and host-visible inputs/outputs of forward calls.
 /// Clones share the buffers.
@@ -19,25 +19,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Allocates scratch for activations of `shape`; `round_inputs` adds the
-    /// buffer of rounded product inputs (llama.cpp numerics).
+    /// The scratch of `work`, with host-visible room for its logit rows.
     ///
     /// # Errors
-    /// Out of device memory, or a logits row beyond one descriptor's range.
-    pub fn new(
-        ctx: &Arc<GpuContext>,
-        shape: WorkspaceShape,
-        max_tokens: usize,
-        max_logit_rows: usize,
-        round_inputs: bool,
-    ) -> Result<Self> {
-        let work = Workspace::new(ctx, shape, max_tokens, max_logit_rows, round_inputs)?;
-        let logits = Buffer::new(
-            ctx,
-            (4 * shape.n_vocab * work.max_logit_rows) as u64,
-            MemoryKind::Readback,
-            "logits",
-        )?;
+    /// Out of host-visible memory.
+    pub fn new(work: Workspace) -> Result<Self> {
+        let logits = work.host_logits("logits")?;
         Ok(Scratch { work, logits })
     }
 

@@ -13,7 +13,7 @@
 //! value of llama.cpp's dot product (up to f32 summation order).
 
 use super::params::ActRoundParams;
-use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Kernel, Recording};
 use crate::quant::QuantType;
@@ -149,9 +149,8 @@ pub fn record_act_round(
     let threads = pc_u32("act_round threads", x.rows * (width / mode.block()))?;
     rec.dispatch_elementwise(
         kernel,
-        ELEMENTWISE_WG,
         &[Binding::read(x.buf), Binding::write(out.buf)],
-        bytemuck::bytes_of(&params),
+        &params,
         threads,
     )
 }

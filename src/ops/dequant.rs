@@ -10,8 +10,6 @@ use crate::error::Result;
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording};
 use crate::quant::{QuantType, QuantWeight};
 
-const WORKGROUP: u32 = 256;
-
 /// Records expansion of `n` weights starting at weight `first` of `chunk_buffer`
 /// (a chunk of `nb` blocks of `t`) into `out` (f32, at least `4 * n` bytes).
 ///
@@ -33,12 +31,11 @@ pub fn record_dequant(
     };
     rec.dispatch_elementwise(
         Kernel::dequant(t),
-        WORKGROUP,
         &[
             Binding::read(chunk_buffer),
             Binding::write(out).range(0, (4 * n as u64).next_multiple_of(4)),
         ],
-        bytemuck::bytes_of(&params),
+        &params,
         params.n,
     )
 }

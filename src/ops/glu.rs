@@ -2,7 +2,7 @@
 //! tanh-approximated GELU), llama.cpp `ggml_swiglu` / `ggml_geglu` numerics.
 
 use super::params::GluParams;
-use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Kernel, Recording};
 
@@ -90,13 +90,12 @@ pub fn record_glu(rec: &mut Recording, call: &GluCall<'_>) -> Result<()> {
     };
     rec.dispatch_elementwise(
         kernel,
-        ELEMENTWISE_WG,
         &[
             Binding::read(g.buf),
             Binding::read(u.buf),
             Binding::write(d.buf),
         ],
-        bytemuck::bytes_of(&params),
+        &params,
         pc_u32("glu threads", d.rows * width)?,
     )
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::params::KvStoreParams;
-use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, Kernel, Recording};
 
@@ -36,6 +36,17 @@ pub struct LayerKv<'a> {
     pub at: CacheAddressing<'a>,
 }
 
+/// One attention call's layer and tokens, as a cache addresses them.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerCall<'a> {
+    /// The layer.
+    pub il: usize,
+    /// Tokens of the call.
+    pub n_tokens: usize,
+    /// Each token's position, one i32 per token.
+    pub positions: &'a Arc<Buffer>,
+}
+
 /// What the planner needs of a KV cache — a sequence's, or a batch of
 /// sequences of one page pool: each layer's caches and how a call's tokens
 /// address them. The cache decides how positions map to rows.
@@ -43,16 +54,11 @@ pub trait KvAttention {
     /// Positions each sequence may hold (LongRoPE models pick their rope
     /// factors by it).
     fn n_ctx(&self) -> usize;
-    /// Layer `il`'s caches for a call of `n_tokens` tokens at `positions`.
+    /// The caches of `call`'s layer for its tokens.
     ///
     /// # Errors
     /// A layer the cache does not have, or more tokens than its tables hold.
-    fn layer_kv<'a>(
-        &'a self,
-        il: usize,
-        n_tokens: usize,
-        positions: &'a Arc<Buffer>,
-    ) -> Result<LayerKv<'a>>;
+    fn layer_kv<'a>(&'a self, call: LayerCall<'a>) -> Result<LayerKv<'a>>;
     /// Whether each of a call's `n_tokens` tokens is the only new one of its
     /// sequence (decode, batched decode): then the decode kernel may store
     /// the new rows itself and write f16.
@@ -96,7 +102,6 @@ pub fn record_kv_store(rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()
     };
     rec.dispatch_elementwise(
         Kernel::KvStoreF32F16,
-        ELEMENTWISE_WG,
         &[
             Binding::read(src.buf),
             Binding::write(call.cache),
@@ -104,7 +109,7 @@ pub fn record_kv_store(rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()
             Binding::read(at.page_table),
             Binding::read(at.seq_base),
         ],
-        bytemuck::bytes_of(&params),
+        &params,
         pc_u32("kv_store threads", src.rows * src.cols / 2)?,
     )
 }

@@ -22,9 +22,6 @@ pub use mat::{AnyMat, DType, Elem, Mat};
 
 use crate::gpu::{DeviceClass, GpuContext};
 
-/// Workgroup size for elementwise kernels.
-pub(crate) const ELEMENTWISE_WG: u32 = 256;
-
 /// The subgroup size kernels may rely on, or 1 where the driver may pick
 /// another size at run time (then kernels use their shared-memory paths).
 pub(crate) fn kernel_subgroup(ctx: &GpuContext) -> u32 {

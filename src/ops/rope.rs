@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::params::RopeParams;
-use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, Kernel, Recording};
 
@@ -192,13 +192,12 @@ pub fn record_rope(rec: &mut Recording, call: &RopeCall<'_>) -> Result<()> {
     };
     rec.dispatch_elementwise(
         Kernel::RopeF32,
-        ELEMENTWISE_WG,
         &[
             Binding::write(x.buf),
             Binding::read(r.positions),
             Binding::read(r.inv_freq),
         ],
-        bytemuck::bytes_of(&params),
+        &params,
         pc_u32("rope threads", x.rows * n_heads * r.n_rot / 2)?,
     )
 }

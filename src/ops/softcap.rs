@@ -3,7 +3,7 @@
 //! device in the logits step so every reader of the logits sees capped ones.
 
 use super::params::SoftcapParams;
-use super::{ELEMENTWISE_WG, Mat, pc_u32};
+use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Kernel, Recording};
 
@@ -26,9 +26,8 @@ pub fn record_softcap(rec: &mut Recording, x: Mat<'_>, cap: f32) -> Result<()> {
     };
     rec.dispatch_elementwise(
         Kernel::SoftcapF32,
-        ELEMENTWISE_WG,
         &[Binding::write(x.buf)],
-        bytemuck::bytes_of(&params),
+        &params,
         pc_u32("softcap threads", x.rows * x.cols)?,
     )
 }

@@ -234,13 +234,7 @@ impl BatchRunner {
         if slabs.len() >= MAX_SLABS {
             return Ok(None);
         }
-        let buf = Buffer::new(
-            scratch.logits.context(),
-            scratch.logits.size(),
-            MemoryKind::Readback,
-            "batch logits",
-        )?;
-        slabs.push(LentBuffer::new(buf));
+        slabs.push(LentBuffer::new(scratch.work.host_logits("batch logits")?));
         Ok(Some(slabs.len() - 1))
     }
 
@@ -274,46 +268,20 @@ impl BatchRunner {
                 self.model
                     .create_scratch(tok.max(n_tok), rows.max(n_rows))?,
             );
-            self.seq_base = Some(Buffer::new(
-                &ctx,
-                4 * tok.max(n_tok) as u64,
-                MemoryKind::Upload,
-                "batch seq base",
-            )?);
-            self.ring_base = Some(Buffer::new(
-                &ctx,
-                4 * tok.max(n_tok) as u64,
-                MemoryKind::Upload,
-                "batch ring base",
-            )?);
+            let ints =
+                |name| Buffer::new(&ctx, 4 * tok.max(n_tok) as u64, MemoryKind::Upload, name);
+            self.seq_base = Some(ints("batch seq base")?);
+            self.ring_base = Some(ints("batch ring base")?);
         }
-        if self
-            .ring_table
-            .as_ref()
-            .is_none_or(|b| (b.size() / 4) < n_ring as u64)
-        {
-            self.steps.clear();
-            let cap = n_ring.next_power_of_two().max(64);
-            self.ring_table = Some(Buffer::new(
-                &ctx,
-                4 * cap as u64,
-                MemoryKind::Upload,
-                "batch ring table",
-            )?);
-        }
-        if self
-            .page_table
-            .as_ref()
-            .is_none_or(|b| (b.size() / 4) < n_pages as u64)
-        {
-            self.steps.clear();
-            let cap = n_pages.next_power_of_two().max(64);
-            self.page_table = Some(Buffer::new(
-                &ctx,
-                4 * cap as u64,
-                MemoryKind::Upload,
-                "batch page table",
-            )?);
+        for (table, n, name) in [
+            (&mut self.ring_table, n_ring, "batch ring table"),
+            (&mut self.page_table, n_pages, "batch page table"),
+        ] {
+            if table.as_ref().is_none_or(|b| (b.size() / 4) < n as u64) {
+                self.steps.clear();
+                let cap = n.next_power_of_two().max(64);
+                *table = Some(Buffer::new(&ctx, 4 * cap as u64, MemoryKind::Upload, name)?);
+            }
         }
         Ok(())
     }

@@ -72,6 +72,7 @@ impl ModelArgs {
                 } else {
                     Fusion::On
                 },
+                plan_as: None,
             },
         )
         .map_err(|e| match e {

@@ -5,11 +5,11 @@
 //! that picks one per shape. Its epilogue (`common/coop_out.glsl`) folds the
 //! rope and the gated activation into the stores, as the matvec does.
 
-use super::{ChunkDims, FoldedRope, Input, LinearCall, Output, unsupported};
+use super::{FoldedRope, Input, LinearCall, Output, unsupported};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, GpuContext, Kernel, Recording};
 use crate::ops::glu::Activation;
-use crate::ops::params::CoopParams;
+use crate::ops::params::{CoopParams, RopeFold};
 use crate::ops::{AnyMat, pc_u32};
 use crate::quant::WeightChunk;
 
@@ -304,16 +304,21 @@ impl<'a> Epilogue<'a> {
         f
     }
 
-    /// (rope rows, head dim, rotated dims, attention factor) for the push constants.
-    pub(super) fn rope_fields(&self) -> Result<(u32, u32, u32, f32)> {
-        let r = self.rope.map(|r| (r.rows, *r.rope()));
-        Ok((
-            pc_u32("rope rows", r.map_or(0, |r| r.0))?,
-            pc_u32("head_dim", r.map_or(2, |r| r.1.head_dim))?,
-            pc_u32("n_rot", r.map_or(0, |r| r.1.n_rot))?,
-            r.map_or(1.0, |r| r.1.attn_factor),
-        ))
+    /// The rope's push constants (zeros and a head of 2 without a rope).
+    pub(super) fn rope_fields(&self) -> Result<RopeFold> {
+        rope_fold(self.rope)
     }
+}
+
+/// The push constants of a folded rope (zeros and a head of 2 without one).
+pub(super) fn rope_fold(rope: Option<FoldedRope<'_>>) -> Result<RopeFold> {
+    let r = rope.map(|r| (r.rows, *r.rope()));
+    Ok(RopeFold {
+        rope_rows: pc_u32("rope rows", r.map_or(0, |r| r.0))?,
+        head_dim: pc_u32("head_dim", r.map_or(2, |r| r.1.head_dim))?,
+        n_rot: pc_u32("n_rot", r.map_or(0, |r| r.1.n_rot))?,
+        attn_factor: r.map_or(1.0, |r| r.1.attn_factor),
+    })
 }
 
 /// Checks that `tile` fits the device and returns its workgroup counts over
@@ -358,24 +363,11 @@ pub(super) fn record_chunk(
         return Err(unsupported("matmul_coop", call));
     }
     let groups = tile_groups(rec.context(), tile, chunk.n_rows, call.n())?;
-    let d = ChunkDims::new(call, chunk, 1)?;
-    let (rope_rows, head_dim, n_rot, attn_factor) = ep.rope_fields()?;
     let params = CoopParams {
-        k: d.k,
-        m: d.m,
-        nb: d.nb,
-        row_offset: d.row_offset,
-        n: d.n,
-        ld_x: d.ld_x,
-        ld_d: d.ld_d,
-        x_offset: d.x_offset,
-        d_offset: d.d_offset,
+        dims: super::chunk_dims(call, chunk, 1)?,
         flags: call.store_flags(CoopParams::ACCUMULATE, CoopParams::BIAS)
             | ep.flags(CoopParams::GLU, CoopParams::GELU, CoopParams::ROPE),
-        rope_rows,
-        head_dim,
-        n_rot,
-        attn_factor,
+        rope: ep.rope_fields()?,
     };
     let rope = ep.rope.map(|r| *r.rope());
     rec.dispatch(

@@ -5,7 +5,8 @@
 //! (each workgroup sums its token's squares as it loads x) and a rope or a
 //! gated activation into its stores, per token.
 
-use super::{ChunkDims, Input, LinearCall, Output, unsupported};
+use super::coop::rope_fold;
+use super::{Input, LinearCall, Output, unsupported};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, GpuContext, Kernel, Recording, groups_1d};
 use crate::ops::glu::Activation;
@@ -229,23 +230,20 @@ pub(super) fn record(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
             shape.nr += 1;
         }
         let xsv = staged_x_vec4s(&ctx, w.qtype(), shape, k)?;
-        let d = ChunkDims::new(call, chunk, 1)?;
+        let d = super::chunk_dims(call, chunk, 4)?;
         let r = rope.map(|r| *r.rope());
         let params = MatvecParams {
             k: d.k,
             m: d.m,
             nb: d.nb,
             row_offset: d.row_offset,
-            x_offset: pc_u32("x_offset", x.offset / 4)?,
+            x_offset: d.x_offset,
             d_offset: d.d_offset,
             flags,
             eps: norm.map_or(0.0, |nm| nm.eps),
-            rope_rows: pc_u32("rope rows", rope.map_or(0, |r| r.rows))?,
-            head_dim: pc_u32("head_dim", r.map_or(2, |r| r.head_dim))?,
-            n_rot: pc_u32("n_rot", r.map_or(0, |r| r.n_rot))?,
-            attn_factor: r.map_or(1.0, |r| r.attn_factor),
+            rope: rope_fold(rope)?,
             n_tok: pc_u32("n_tok", n.max(1))?,
-            ld_x: pc_u32("ld_x", x.ld / 4)?,
+            ld_x: d.ld_x,
             ld_d: d.ld_d,
         };
         let groups = groups_1d(

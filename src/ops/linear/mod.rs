@@ -29,11 +29,12 @@ pub use matvec::{MATVEC_MAX_TOKENS, MatvecShape};
 pub use skinny::SKINNY_MAX_TOKENS;
 
 use super::glu::Activation;
+use super::params::LinearDims;
 use super::rms_norm::NormWeight;
 use super::rope::{Rope, RopeStyle};
 use super::{AnyMat, Mat, is_cpu, kernel_subgroup, pc_u32};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, GpuContext, Recording};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording};
 use crate::quant::{QuantWeight, WeightChunk};
 
 /// A linear layer: a weight `[out, in]` and an optional f32 bias `[out]`.
@@ -499,38 +500,68 @@ impl<'a> LinearCall<'a> {
     }
 }
 
-/// The sizes every tiled family's push constants start with, for one chunk
-/// of the weight: `x_unit` is the elements per unit of x's stride and offset.
-struct ChunkDims {
-    k: u32,
-    m: u32,
-    nb: u32,
-    row_offset: u32,
-    n: u32,
-    ld_x: u32,
-    ld_d: u32,
-    x_offset: u32,
-    d_offset: u32,
+/// The sizes and offsets every tiled family's push constants start with,
+/// for one chunk of the weight: `x_unit` is the elements per unit of x's
+/// stride and offset.
+fn chunk_dims(call: &LinearCall<'_>, chunk: &WeightChunk, x_unit: usize) -> Result<LinearDims> {
+    let w = call.weight;
+    let k = w.cols();
+    let (x_off, _, _, x_ld) = call.input.x().layout();
+    let (d_off, _, _, d_ld) = call.output.out().layout();
+    Ok(LinearDims {
+        k: pc_u32("k", k)?,
+        m: pc_u32("m", chunk.n_rows)?,
+        nb: pc_u32("nb", chunk.n_rows * k / w.qtype().block_size())?,
+        row_offset: pc_u32("row_offset", chunk.row_start)?,
+        n: pc_u32("n", call.n())?,
+        ld_x: pc_u32("ld_x", x_ld / x_unit)?,
+        ld_d: pc_u32("ld_d", d_ld)?,
+        x_offset: pc_u32("x_offset", x_off / x_unit)?,
+        d_offset: pc_u32("d_offset", d_off)?,
+    })
 }
 
-impl ChunkDims {
-    fn new(call: &LinearCall<'_>, chunk: &WeightChunk, x_unit: usize) -> Result<Self> {
-        let w = call.weight;
-        let k = w.cols();
-        let (x_off, _, _, x_ld) = call.input.x().layout();
-        let (d_off, _, _, d_ld) = call.output.out().layout();
-        Ok(ChunkDims {
-            k: pc_u32("k", k)?,
-            m: pc_u32("m", chunk.n_rows)?,
-            nb: pc_u32("nb", chunk.n_rows * k / w.qtype().block_size())?,
-            row_offset: pc_u32("row_offset", chunk.row_start)?,
-            n: pc_u32("n", call.n())?,
-            ld_x: pc_u32("ld_x", x_ld / x_unit)?,
-            ld_d: pc_u32("ld_d", d_ld)?,
-            x_offset: pc_u32("x_offset", x_off / x_unit)?,
-            d_offset: pc_u32("d_offset", d_off)?,
-        })
+/// A family that only stores or adds its products (no folds): its kernel,
+/// specialization constants and tile (rows × tokens per workgroup).
+struct PlainKernel {
+    name: &'static str,
+    kernel: Kernel,
+    spec: Vec<u32>,
+    tile: (usize, usize),
+    /// Elements per unit of x's stride and offset.
+    x_unit: usize,
+}
+
+/// Records a product on a family that only stores or adds, one dispatch per
+/// chunk; `params` lays out its push constants.
+fn record_plain<P: bytemuck::Pod>(
+    rec: &mut Recording,
+    call: &LinearCall<'_>,
+    k: PlainKernel,
+    params: impl Fn(LinearDims, u32) -> P,
+) -> Result<()> {
+    let (Input::F32(x), Output::Store(out) | Output::Accumulate(out)) = (call.input, call.output)
+    else {
+        return Err(unsupported(k.name, call));
+    };
+    // Both families' interfaces number the two bits alike.
+    let flags = call.store_flags(1, 2);
+    for chunk in call.weight.chunks() {
+        let p = params(chunk_dims(call, chunk, k.x_unit)?, flags);
+        let groups = [
+            pc_u32("groups", chunk.n_rows.div_ceil(k.tile.0))?,
+            pc_u32("groups", call.n().div_ceil(k.tile.1))?,
+            1,
+        ];
+        let bindings = [
+            Binding::read(&chunk.buffer),
+            Binding::read(x.buf),
+            Binding::write(out.buf),
+            Binding::read(call.bias.unwrap_or(x.buf)),
+        ];
+        rec.dispatch(k.kernel, &k.spec, &bindings, bytemuck::bytes_of(&p), groups)?;
     }
+    Ok(())
 }
 
 /// The error of a family asked for a step it does not fold or an input it

@@ -7,8 +7,8 @@
 //! token's sums of squares of what it stored, the consumer folds the norm
 //! into its input from them.
 
-use super::coop::{Epilogue, tile_groups};
-use super::{ChunkDims, CoopTile, Input, LinearCall, Output, unsupported};
+use super::coop::{Epilogue, rope_fold, tile_groups};
+use super::{CoopTile, Input, LinearCall, Output, unsupported};
 use crate::error::Result;
 use crate::gpu::{Binding, Kernel, Recording};
 use crate::ops::params::SkinnyParams;
@@ -54,16 +54,14 @@ pub(super) fn record_chunk(
         out => (Epilogue::of(out), None),
     };
     let mut flags = call.store_flags(SkinnyParams::ACCUMULATE, SkinnyParams::BIAS);
-    let (mut rope_rows, mut head_dim, mut n_rot, mut attn_factor) = (0, 2, 0, 1.0);
-    let mut rope = None;
     if let Some(ep) = &ep {
         flags |= ep.flags(SkinnyParams::GLU, SkinnyParams::GELU, SkinnyParams::ROPE);
         if ep.f16_out {
             flags |= SkinnyParams::OUT_F16;
         }
-        (rope_rows, head_dim, n_rot, attn_factor) = ep.rope_fields()?;
-        rope = ep.rope.map(|r| *r.rope());
     }
+    let folded = ep.as_ref().and_then(|e| e.rope);
+    let rope = folded.map(|r| *r.rope());
     if squares_out.is_some() {
         flags |= SkinnyParams::SQUARES_OUT;
     }
@@ -73,22 +71,10 @@ pub(super) fn record_chunk(
         flags |= SkinnyParams::NORM_ZERO_CENTRED;
     }
     let sq = squares_out.or(norm.map(|(_, s)| s));
-    let d = ChunkDims::new(call, chunk, 1)?;
     let params = SkinnyParams {
-        k: d.k,
-        m: d.m,
-        nb: d.nb,
-        row_offset: d.row_offset,
-        n: d.n,
-        ld_x: d.ld_x,
-        ld_d: d.ld_d,
-        x_offset: d.x_offset,
-        d_offset: d.d_offset,
+        dims: super::chunk_dims(call, chunk, 1)?,
         flags,
-        rope_rows,
-        head_dim,
-        n_rot,
-        attn_factor,
+        rope: rope_fold(folded)?,
         sq_offset: pc_u32("sq_offset", sq.map_or(0, |q| q.offset))?,
         sq_groups: pc_u32("sq_groups", sq.map_or(0, |q| q.groups))?,
         eps: norm.map_or(0.0, |(nm, _)| nm.eps),

@@ -16,7 +16,7 @@ use crate::ops::attention::{
 };
 use crate::ops::get_rows::record_get_rows;
 use crate::ops::glu::{GluCall, GluInput, record_glu};
-use crate::ops::kv_store::KvAttention;
+use crate::ops::kv_store::{KvAttention, LayerCall};
 use crate::ops::linear::{
     FoldedRope, Input, Linear, LinearCall, Output, SquareSums, record_linear,
 };
@@ -200,7 +200,11 @@ impl<'r, 'a> Forward<'r, 'a> {
         let call = AttentionCall {
             q,
             out,
-            kv: self.cache()?.layer_kv(il, n, &self.ws.positions)?,
+            kv: self.cache()?.layer_kv(LayerCall {
+                il,
+                n_tokens: n,
+                positions: &self.ws.positions,
+            })?,
             new: if self.plan.store_in_attention {
                 NewKv::StoreInKernel(new)
             } else {

@@ -28,7 +28,7 @@ use super::linear::{
     CoopTile, Input, KernelCaps, LinearVariant, MATVEC_MAX_TOKENS, SKINNY_MAX_TOKENS,
 };
 use super::{AnyMat, is_cpu};
-use crate::gpu::GpuContext;
+use crate::gpu::{DeviceClass, GpuContext};
 
 /// Whether the planner may fold steps into each other's kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +58,11 @@ pub struct Planner {
     pub numerics: Numerics,
     /// Whether steps fold into each other.
     pub fusion: Fusion,
+    /// Plan as for this class of device instead of the device's own: every
+    /// kernel runs everywhere, so the tests run the GPU plans (the matvec
+    /// with its folds, the decode attention storing K/V) on lavapipe too.
+    /// Cooperative-matrix kernels still need a device that has them.
+    pub plan_as: Option<DeviceClass>,
 }
 
 impl Planner {
@@ -66,18 +71,22 @@ impl Planner {
     pub fn plan(&self, ctx: &GpuContext, n_tokens: usize, one_per_sequence: bool) -> Plan {
         let fuse = self.fusion == Fusion::On;
         let exact = self.numerics == Numerics::Exact;
-        let f16 = fuse && exact && f16_activations(ctx, n_tokens);
+        let cpu = self.plan_as.map_or(is_cpu(ctx), |c| c == DeviceClass::Cpu);
+        let f16 = fuse && exact && !cpu && f16_activations(ctx, n_tokens);
         let one = one_per_sequence || n_tokens == 1;
         Plan {
             planner: *self,
             n_tokens,
-            caps: KernelCaps::of(ctx),
+            caps: KernelCaps {
+                cpu,
+                ..KernelCaps::of(ctx)
+            },
             f16_activations: f16,
             // A prompt's tokens may differ in scale by orders of magnitude,
             // and the skinny kernel stages a workgroup's tokens with one
             // scale: only decode steps fold the norm from sums of squares.
             norm_in_products: f16 && one,
-            store_in_attention: fuse && one && !is_cpu(ctx),
+            store_in_attention: fuse && one && !cpu,
         }
     }
 }

@@ -140,6 +140,16 @@ impl Workspace {
         Ok(max_binding / row_bytes)
     }
 
+    /// A host-visible buffer for this workspace's rows of logits, which
+    /// the logits step copies into.
+    ///
+    /// # Errors
+    /// Out of host-visible memory.
+    pub fn host_logits(&self, name: &str) -> Result<Arc<Buffer>> {
+        let ctx = self.logits.context();
+        Buffer::new(ctx, self.logits.size(), MemoryKind::Readback, name)
+    }
+
     /// Floats per token of `q`: room for stacked Q/K/V, whether the file
     /// stores them fused or the model stacks separate tensors at load time.
     fn ld_q(shape: WorkspaceShape) -> usize {
