@@ -116,7 +116,7 @@ fn check(arch: &str) {
     // The skinny products of 9-16 tokens take f16 activations where the
     // device has cooperative matrices: batched decode's rows then carry f16
     // rounding (the products' own bound is 2e-3); elsewhere f32 in another
-    // order.
+    // order through two layers and the head (2.8e-5 seen on the H200).
     let coop = LinearVariant::coop_available(&gpu());
     for plan_as in [None, Some(DeviceClass::Gpu)] {
         let fused = load(&cfg, Fusion::On, plan_as);
@@ -143,7 +143,7 @@ fn check(arch: &str) {
                 let tol = if coop && batch > 8 && i >= n_single {
                     3e-3
                 } else {
-                    2e-5
+                    1e-4
                 };
                 let e = rel_err(x, y);
                 assert!(
