@@ -11,7 +11,7 @@
 //! token (f32 scales cost Q4_0 11% more bytes). Dense types keep their GGUF
 //! bytes unchanged.
 
-use super::types::QuantType;
+use super::QuantType;
 
 /// Where one quant plane comes from inside a GGUF block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,6 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod requantize;
-pub mod types;
 pub mod weight;
 mod x86_cast;
 
@@ -25,8 +24,10 @@ use std::borrow::Cow;
 use bytemuck::Pod;
 use half::{bf16, f16};
 
+/// The GGML type table, which belongs to the file format (`crate::formats`).
+pub use crate::formats::ggml_type as types;
+pub use crate::formats::ggml_type::QuantType;
 pub use layout::{DeviceLayout, device_bytes, repack};
-pub use types::QuantType;
 pub use weight::{QuantWeight, WeightChunk};
 
 use crate::error::{ModelError, Result};

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::layout::{DeviceLayout, Plane, device_bytes};
-use super::types::QuantType;
+use super::QuantType;
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
 

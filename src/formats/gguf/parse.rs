@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use super::value::{MetaArray, MetaValue, ValueType};
 use super::{DEFAULT_ALIGNMENT, TensorInfo};
 use crate::error::{ModelError, Result};
-use crate::quant::QuantType;
-use crate::quant::types::{ggml_block_geometry, ggml_type_name};
+use crate::formats::ggml_type::{QuantType, ggml_block_geometry, ggml_type_name};
 
 /// `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;

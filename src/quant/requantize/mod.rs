@@ -28,9 +28,9 @@ pub use ftype::FileType;
 pub use policy::{TensorPlan, plan};
 
 use crate::error::{ModelError, Result};
+use crate::formats::ggml_type::ggml_type_name;
 use crate::formats::gguf::GgufFile;
 use crate::formats::gguf_writer::GgufWriter;
-use crate::quant::types::ggml_type_name;
 use crate::quant::{DeviceLayout, QuantType, dequantize, quantize};
 
 /// `GGML_QNT_VERSION`, written to `general.quantization_version`.

@@ -1,5 +1,7 @@
 //! `QuantType`: the GGML tensor types combs can hold, with their GGUF ids,
-//! block sizes and byte sizes (ggml.c's `type_traits` table).
+//! block sizes and byte sizes (ggml.c's `type_traits` table), and the names
+//! and block geometry of the GGML types it only lists. A fact of the file
+//! format, so it lives here; the `quant` module re-exports it.
 
 use crate::error::{ModelError, Result};
 
