@@ -5,6 +5,7 @@
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_writer;
+pub(crate) mod id_enum;
 
 pub use gguf::{GgufFile, MetaArray, MetaValue, TensorInfo, ValueType};
 pub use gguf_writer::GgufWriter;

@@ -513,7 +513,7 @@ impl RawInfo {
                 ))
             })?;
         Ok(TensorInfo {
-            qtype: QuantType::from_ggml(ggml_type),
+            qtype: QuantType::from_id(ggml_type),
             name,
             dims,
             ggml_type,
