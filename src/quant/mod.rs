@@ -31,7 +31,7 @@ use block::{Block, dequantize_row, quantize_row};
 pub use crate::formats::ggml_type as types;
 pub use crate::formats::ggml_type::QuantType;
 pub use layout::{DeviceLayout, device_bytes, repack};
-pub use weight::{QuantWeight, WeightChunk};
+pub use weight::{QuantWeight, TensorBytes, WeightChunk};
 
 use crate::error::{ModelError, Result};
 
