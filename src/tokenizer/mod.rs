@@ -23,6 +23,7 @@ mod pretype;
 mod special;
 mod spm;
 mod stream;
+mod symbols;
 mod unicode;
 mod vocab;
 
