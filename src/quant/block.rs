@@ -1,6 +1,6 @@
 //! [`Block`]: what every GGUF block format gives the reference code — its
 //! weights per block and the conversions of one block — so that the loops
-//! over a row of blocks are written once, here; and [`block!`], which
+//! over a row of blocks are written once, here; and `block!`, which
 //! declares a block struct as every format's must be.
 
 use bytemuck::Pod;
