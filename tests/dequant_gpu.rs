@@ -7,7 +7,7 @@ mod common;
 
 use combs::gpu::Uploader;
 use combs::ops::dequant::dequantize_gpu;
-use combs::quant::{DeviceLayout, QuantType, QuantWeight, dequantize_vec};
+use combs::quant::{DeviceLayout, QuantType, QuantWeight, TensorBytes, dequantize_vec};
 use common::{Rng, gpu};
 use half::{bf16, f16};
 
@@ -128,9 +128,14 @@ fn dequant_tensor_larger_than_one_descriptor_matches_ref() {
     let mut rng = Rng::fresh("dequant_big");
     let bytes = random_tensor(&mut rng, t, rows * cols);
     let mut up = Uploader::new(&ctx).expect("staging");
-    let w =
-        QuantWeight::from_gguf_bytes_chunked(&ctx, &mut up, "big", t, rows, cols, &bytes, limit)
-            .expect("upload");
+    let big = TensorBytes {
+        name: "big",
+        qtype: t,
+        rows,
+        cols,
+        bytes: &bytes,
+    };
+    let w = QuantWeight::from_gguf_bytes_chunked(&ctx, &mut up, big, limit).expect("upload");
     up.flush().expect("flush");
     assert!(w.chunks().len() >= 2, "expected a split weight");
     let gpu_out = dequantize_gpu(&ctx, &w).expect("gpu");

@@ -1,10 +1,11 @@
 //! Checked conversions of C arguments: NULL checks that name the argument,
-//! C strings and arrays to Rust slices, object out-parameters, and the
+//! C strings and arrays to Rust slices, options structs, object
+//! out-parameters and handles (made, read and released), and the
 //! "needed size + `COMBS_ERR_BUFFER_TOO_SMALL`" output-buffer convention.
 
 use std::ffi::{CStr, c_char};
 
-use super::guard::{Failure, FfiResult};
+use super::guard::{Failure, FfiResult, guard, guard_value};
 use super::status::combs_status;
 use crate::error::ModelError;
 
@@ -13,27 +14,92 @@ pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Failure 
     Failure::from(ModelError::invalid(name, reason))
 }
 
-/// Sets an object out-parameter to NULL (so it is NULL on every failure path)
-/// and returns it checked.
+/// Runs the body of constructor `func`: checks the out-parameter `out` and
+/// sets it to NULL first (so that it is NULL on every failure path), then
+/// hands it the object `make` builds, as a handle [`guard_free`] releases.
 ///
 /// # Safety
 /// `out` is NULL or valid for a pointer-sized write.
-pub(crate) unsafe fn clear_out<T>(out: *mut *mut T) -> FfiResult<*mut *mut T> {
-    if out.is_null() {
-        return Err(invalid("out", "is NULL"));
-    }
-    // SAFETY: non-NULL and, per the caller's contract, writable.
-    unsafe { out.write(std::ptr::null_mut()) };
-    Ok(out)
+pub(crate) unsafe fn guard_create<T>(
+    func: &str,
+    out: *mut *mut T,
+    make: impl FnOnce() -> FfiResult<T>,
+) -> combs_status {
+    guard(func, || {
+        if out.is_null() {
+            return Err(invalid("out", "is NULL"));
+        }
+        // SAFETY: non-NULL and, per the caller's contract, writable.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let value = make()?;
+        // SAFETY: as above.
+        unsafe { out.write(Box::into_raw(Box::new(value))) };
+        Ok(())
+    })
 }
 
-/// Hands `value` to C through an out-parameter checked by [`clear_out`].
+/// Runs the body of destructor `func`: releases a handle made by
+/// [`guard_create`] (NULL: nothing to do).
 ///
 /// # Safety
-/// `out` came from [`clear_out`].
-pub(crate) unsafe fn set_out<T>(out: *mut *mut T, value: T) {
-    // SAFETY: out is non-NULL and writable (checked by clear_out).
-    unsafe { out.write(Box::into_raw(Box::new(value))) };
+/// `p` is NULL or a handle from [`guard_create`], not released before and
+/// not in use by another thread.
+pub(crate) unsafe fn guard_free<T>(func: &str, p: *mut T) {
+    let _ = guard(func, || {
+        if !p.is_null() {
+            // SAFETY: per this function's contract, p came from Box::into_raw.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        Ok(())
+    });
+}
+
+/// Runs the body of getter `func` on a handle passed by const pointer (named
+/// `name`): a NULL handle, an error or a panic give `none` and a last error.
+///
+/// # Safety
+/// `p` is NULL or a live handle that no other thread is mutating.
+pub(crate) unsafe fn guard_get<H, T: Copy>(
+    func: &str,
+    p: *const H,
+    name: &'static str,
+    none: T,
+    f: impl FnOnce(&H) -> FfiResult<T>,
+) -> T {
+    guard_value(
+        func,
+        none,
+        |_| none,
+        || {
+            // SAFETY: per this function's contract.
+            f(unsafe { handle(p, name) }?)
+        },
+    )
+}
+
+/// A C enum argument read as the `i32` it is in memory (so that a value
+/// outside the enum never becomes a Rust enum): `values[v]`, or an invalid
+/// `name` that is not a `what` (the C enum and its values).
+pub(crate) fn c_enum<T: Copy>(
+    v: i32,
+    values: &[T],
+    name: &'static str,
+    what: &str,
+) -> FfiResult<T> {
+    usize::try_from(v)
+        .ok()
+        .and_then(|i| values.get(i).copied())
+        .ok_or_else(|| invalid(name, format!("{v} is not a {what}")))
+}
+
+/// The options struct `opts` points to, or `defaults` when it is NULL.
+///
+/// # Safety
+/// `opts` is NULL or points to a `T` of which every bit pattern is a valid
+/// value (plain numbers).
+pub(crate) unsafe fn options<T: Copy>(opts: *const T, defaults: T) -> T {
+    // SAFETY: per this function's contract.
+    unsafe { opts.as_ref() }.copied().unwrap_or(defaults)
 }
 
 /// A handle passed by const pointer.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::args::{array, handle, invalid, token, tokens};
+use super::args::{array, handle, invalid, tokens};
 use super::combs_token;
 use super::guard::{FfiResult, guard};
 use super::model::combs_model;
@@ -12,6 +12,22 @@ use super::session::{combs_session, leaves_session_unchanged};
 use super::status::combs_status;
 use crate::error::ModelError;
 use crate::runtime::Session;
+
+/// The model and the array of session pointers of a batch call, checked for
+/// NULL (the sessions themselves are checked by [`batch_sessions`]).
+///
+/// # Safety
+/// `m` is NULL or a live model; `sessions` is NULL or valid for `n` reads.
+unsafe fn batch_args<'a>(
+    m: *mut combs_model,
+    sessions: *const *mut combs_session,
+    n: usize,
+) -> FfiResult<(&'a combs_model, &'a [*mut combs_session])> {
+    // SAFETY: per this function's contract.
+    let m = unsafe { handle(m, "m") }?;
+    // SAFETY: per this function's contract.
+    Ok((m, unsafe { array(sessions, n, "sessions") }?))
+}
 
 /// Checks the session pointers of a batch call and borrows the sessions.
 ///
@@ -93,9 +109,7 @@ pub unsafe extern "C" fn combs_batch_decode(
 ) -> combs_status {
     guard("combs_batch_decode", || {
         // SAFETY: per this function's contract.
-        let m = unsafe { handle(m, "m") }?;
-        // SAFETY: per this function's contract.
-        let ptrs = unsafe { array(sessions, n, "sessions") }?;
+        let (m, ptrs) = unsafe { batch_args(m, sessions, n) }?;
         // SAFETY: per this function's contract.
         let ts = unsafe { array(tokens, n, "tokens") }?;
         if n == 0 {
@@ -103,12 +117,7 @@ pub unsafe extern "C" fn combs_batch_decode(
         }
         // SAFETY: per this function's contract.
         let mut ss = unsafe { batch_sessions(m, ptrs) }?;
-        let n_vocab = m.model.spec().n_vocab;
-        let ids = ts
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| token(t, n_vocab).map_err(|e| e.context(format!("tokens[{i}]"))))
-            .collect::<FfiResult<Vec<u32>>>()?;
+        let ids = self::tokens(ts, m.model.spec().n_vocab, "tokens")?;
         run_batch(&mut ss, |inner| m.model.decode_batch(inner, &ids))
     })
 }
@@ -137,9 +146,7 @@ pub unsafe extern "C" fn combs_batch_prefill(
 ) -> combs_status {
     guard("combs_batch_prefill", || {
         // SAFETY: per this function's contract.
-        let m = unsafe { handle(m, "m") }?;
-        // SAFETY: per this function's contract.
-        let ptrs = unsafe { array(sessions, n, "sessions") }?;
+        let (m, ptrs) = unsafe { batch_args(m, sessions, n) }?;
         // SAFETY: per this function's contract.
         let lists = unsafe { array(tokens, n, "tokens") }?;
         // SAFETY: per this function's contract.

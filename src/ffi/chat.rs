@@ -30,7 +30,6 @@ use crate::tokenizer::ChatMessage;
 /// `n_messages` pointers, each NULL or a NUL-terminated string; `buf` is NULL
 /// or valid for `cap` bytes; `len_out` is NULL or writable.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn combs_chat_apply_template(
     m: *const combs_model,
     roles: *const *const c_char,

@@ -75,6 +75,12 @@ pub(crate) fn guard(func: &str, f: impl FnOnce() -> FfiResult<()>) -> combs_stat
     )
 }
 
+/// Runs the body of an entry point that returns a constant (a version
+/// string, the default options): `value`, whatever happens.
+pub(crate) fn guard_const<T: Copy>(func: &str, value: T) -> T {
+    guard_value(func, value, |_| value, || Ok(value))
+}
+
 /// Runs the body of an entry point that returns a value rather than a
 /// status: an error yields `on_error(&failure)`, a panic yields `fallback`;
 /// both record the message.

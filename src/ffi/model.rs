@@ -7,9 +7,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::args::{c_str, clear_out, handle, invalid, set_out};
+use super::args::{c_enum, c_str, guard_create, guard_free, guard_get, handle};
 use super::combs_token;
-use super::guard::{Failure, guard, guard_value};
+use super::guard::{Failure, guard_const};
 use super::runtime::combs_runtime;
 use super::status::combs_status;
 use crate::error::ModelError;
@@ -69,7 +69,7 @@ pub extern "C" fn combs_model_default_options() -> combs_model_options {
         show_progress: false,
         numerics: combs_numerics::COMBS_NUMERICS_EXACT,
     };
-    guard_value("combs_model_default_options", d, |_| d, || Ok(d))
+    guard_const("combs_model_default_options", d)
 }
 
 /// Loads a GGUF model file onto the runtime's device. `opts` may be NULL for
@@ -96,9 +96,7 @@ pub unsafe extern "C" fn combs_model_load(
     opts: *const combs_model_options,
     out: *mut *mut combs_model,
 ) -> combs_status {
-    guard("combs_model_load", || {
-        // SAFETY: per this function's contract.
-        let out = unsafe { clear_out(out) }?;
+    let make = || {
         // SAFETY: per this function's contract.
         let rt = unsafe { handle(rt, "rt") }?;
         // SAFETY: per this function's contract.
@@ -108,16 +106,12 @@ pub unsafe extern "C" fn combs_model_load(
         // RawModelOptions mirrors.
         let raw = unsafe { opts.cast::<RawModelOptions>().as_ref() };
         let show_progress = raw.is_some_and(|o| o.show_progress != 0);
-        let numerics = match raw.map_or(0, |o| o.numerics) {
-            0 => Numerics::Exact,
-            1 => Numerics::LlamaCppCpu,
-            v => {
-                return Err(invalid(
-                    "numerics",
-                    format!("{v} is not a combs_numerics (0: exact, 1: llama.cpp)"),
-                ));
-            }
-        };
+        let numerics = c_enum(
+            raw.map_or(0, |o| o.numerics),
+            &[Numerics::Exact, Numerics::LlamaCppCpu],
+            "numerics",
+            "combs_numerics (0: exact, 1: llama.cpp)",
+        )?;
         let model = Model::load(
             &rt.ctx,
             path,
@@ -134,17 +128,12 @@ pub unsafe extern "C" fn combs_model_load(
                 e => Failure::from(e).context(path.display()),
             }
         })?;
-        // SAFETY: out was checked by clear_out.
-        unsafe {
-            set_out(
-                out,
-                combs_model {
-                    model: Arc::new(model),
-                },
-            )
-        };
-        Ok(())
-    })
+        Ok(combs_model {
+            model: Arc::new(model),
+        })
+    };
+    // SAFETY: per this function's contract.
+    unsafe { guard_create("combs_model_load", out, make) }
 }
 
 /// Releases a model (NULL: no-op). Sessions created from it keep the weights
@@ -155,13 +144,8 @@ pub unsafe extern "C" fn combs_model_load(
 /// in use by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_model_free(m: *mut combs_model) {
-    let _ = guard("combs_model_free", || {
-        if !m.is_null() {
-            // SAFETY: m came from Box::into_raw in combs_model_load.
-            drop(unsafe { Box::from_raw(m) });
-        }
-        Ok(())
-    });
+    // SAFETY: per this function's contract.
+    unsafe { guard_free("combs_model_free", m) }
 }
 
 /// Runs a getter on a model handle; NULL gives `none` and a last error.
@@ -171,16 +155,8 @@ fn with_model<T: Copy>(
     none: T,
     f: impl FnOnce(&Model) -> T,
 ) -> T {
-    guard_value(
-        func,
-        none,
-        |_| none,
-        || {
-            // SAFETY: m is NULL or a live model (the caller's contract).
-            let m = unsafe { handle(m, "m") }?;
-            Ok(f(&m.model))
-        },
-    )
+    // SAFETY: m is NULL or a live model (the caller's contract).
+    unsafe { guard_get(func, m, "m", none, |m| Ok(f(&m.model))) }
 }
 
 /// Number of logits per position, which is also the bound of valid token ids

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::args::{clear_out, invalid, set_out};
-use super::guard::{guard, guard_value};
+use super::args::{guard_create, guard_free, invalid, options};
+use super::guard::guard_const;
 use super::status::combs_status;
 use crate::gpu::GpuContext;
 
@@ -29,7 +29,7 @@ pub struct combs_runtime_options {
 #[unsafe(no_mangle)]
 pub extern "C" fn combs_runtime_default_options() -> combs_runtime_options {
     let d = combs_runtime_options { device_index: -1 };
-    guard_value("combs_runtime_default_options", d, |_| d, || Ok(d))
+    guard_const("combs_runtime_default_options", d)
 }
 
 /// Opens a Vulkan device. `opts` may be NULL for the defaults. On success
@@ -49,23 +49,19 @@ pub unsafe extern "C" fn combs_runtime_create(
     opts: *const combs_runtime_options,
     out: *mut *mut combs_runtime,
 ) -> combs_status {
-    guard("combs_runtime_create", || {
-        // SAFETY: per this function's contract.
-        let out = unsafe { clear_out(out) }?;
+    let make = || {
         // SAFETY: opts is NULL or a valid options struct.
-        let o = unsafe { opts.as_ref() }
-            .copied()
-            .unwrap_or_else(|| combs_runtime_default_options());
+        let o = unsafe { options(opts, combs_runtime_default_options()) };
         let index = match o.device_index {
             -1 => None,
             i if i >= 0 => Some(i as usize),
             i => return Err(invalid("device_index", format!("{i} is below -1"))),
         };
         let ctx = GpuContext::new(index)?;
-        // SAFETY: out was checked by clear_out.
-        unsafe { set_out(out, combs_runtime { ctx }) };
-        Ok(())
-    })
+        Ok(combs_runtime { ctx })
+    };
+    // SAFETY: per this function's contract.
+    unsafe { guard_create("combs_runtime_create", out, make) }
 }
 
 /// Releases a runtime (NULL: no-op). Models loaded on it stay usable.
@@ -75,11 +71,6 @@ pub unsafe extern "C" fn combs_runtime_create(
 /// and not in use by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_runtime_free(rt: *mut combs_runtime) {
-    let _ = guard("combs_runtime_free", || {
-        if !rt.is_null() {
-            // SAFETY: rt came from Box::into_raw in combs_runtime_create.
-            drop(unsafe { Box::from_raw(rt) });
-        }
-        Ok(())
-    });
+    // SAFETY: per this function's contract.
+    unsafe { guard_free("combs_runtime_free", rt) }
 }

@@ -2,9 +2,9 @@
 //! top-k, top-p, min-p, temperature and a seeded draw, in llama.cpp's
 //! default order; greedy when the temperature is 0.
 
-use super::args::{array, clear_out, handle_mut, invalid, set_out};
+use super::args::{array, guard_create, guard_free, handle_mut, invalid, options};
 use super::combs_token;
-use super::guard::{guard, guard_value};
+use super::guard::{guard, guard_const, guard_value};
 use super::status::combs_status;
 use crate::runtime::{Sampler, SamplerOptions};
 
@@ -62,7 +62,7 @@ pub extern "C" fn combs_sampler_default_options() -> combs_sampler_options {
         repeat_last_n: s.repeat_last_n,
         seed: s.seed,
     };
-    guard_value("combs_sampler_default_options", d, |_| d, || Ok(d))
+    guard_const("combs_sampler_default_options", d)
 }
 
 /// Creates a sampler. `opts` may be NULL for the defaults. On failure `*out`
@@ -80,18 +80,14 @@ pub unsafe extern "C" fn combs_sampler_create(
     opts: *const combs_sampler_options,
     out: *mut *mut combs_sampler,
 ) -> combs_status {
-    guard("combs_sampler_create", || {
-        // SAFETY: per this function's contract.
-        let out = unsafe { clear_out(out) }?;
+    let make = || {
         // SAFETY: opts is NULL or a valid options struct (plain numbers only).
-        let o = unsafe { opts.as_ref() }
-            .copied()
-            .unwrap_or_else(|| combs_sampler_default_options());
+        let o = unsafe { options(opts, combs_sampler_default_options()) };
         let sampler = Sampler::new(o.into())?;
-        // SAFETY: out was checked by clear_out.
-        unsafe { set_out(out, combs_sampler { sampler }) };
-        Ok(())
-    })
+        Ok(combs_sampler { sampler })
+    };
+    // SAFETY: per this function's contract.
+    unsafe { guard_create("combs_sampler_create", out, make) }
 }
 
 /// Releases a sampler (NULL: no-op).
@@ -101,13 +97,8 @@ pub unsafe extern "C" fn combs_sampler_create(
 /// and not in use by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_sampler_free(smp: *mut combs_sampler) {
-    let _ = guard("combs_sampler_free", || {
-        if !smp.is_null() {
-            // SAFETY: smp came from Box::into_raw in combs_sampler_create.
-            drop(unsafe { Box::from_raw(smp) });
-        }
-        Ok(())
-    });
+    // SAFETY: per this function's contract.
+    unsafe { guard_free("combs_sampler_free", smp) }
 }
 
 /// Draws a token from `n_vocab` logits (usually `combs_session_logits`) and

@@ -3,9 +3,12 @@
 
 use std::sync::Arc;
 
-use super::args::{array, clear_out, failure, handle, handle_mut, invalid, set_out, token, tokens};
+use super::args::{
+    array, c_enum, failure, guard_create, guard_free, guard_get, handle, handle_mut, invalid,
+    token, tokens,
+};
 use super::combs_token;
-use super::guard::{Failure, FfiResult, guard, guard_value};
+use super::guard::{Failure, FfiResult, guard, guard_const};
 use super::model::combs_model;
 use super::status::combs_status;
 use crate::error::ModelError;
@@ -111,7 +114,7 @@ pub extern "C" fn combs_session_default_options() -> combs_session_options {
         n_batch: 0,
         pool_pages: 0,
     };
-    guard_value("combs_session_default_options", d, |_| d, || Ok(d))
+    guard_const("combs_session_default_options", d)
 }
 
 /// Creates an empty session on `m` with its own KV cache. `opts` may be NULL
@@ -134,14 +137,10 @@ pub unsafe extern "C" fn combs_session_create(
     opts: *const combs_session_options,
     out: *mut *mut combs_session,
 ) -> combs_status {
-    guard("combs_session_create", || {
-        // SAFETY: per this function's contract.
-        let out = unsafe { clear_out(out) }?;
+    let make = || {
         // SAFETY: per this function's contract.
         let m = unsafe { handle(m, "m") }?;
         let d = combs_session_default_options();
-        // SAFETY: opts is NULL or points to a combs_session_options, whose layout
-        // RawSessionOptions mirrors.
         let defaults = RawSessionOptions {
             n_ctx: d.n_ctx,
             kv_kind: d.kv_kind as i32,
@@ -149,17 +148,15 @@ pub unsafe extern "C" fn combs_session_create(
             n_batch: d.n_batch,
             pool_pages: d.pool_pages,
         };
+        // SAFETY: opts is NULL or points to a combs_session_options, whose layout
+        // RawSessionOptions mirrors.
         let o = unsafe { opts.cast::<RawSessionOptions>().as_ref() }.unwrap_or(&defaults);
-        let kv_kind = match o.kv_kind {
-            0 => CacheKind::Contiguous,
-            1 => CacheKind::Paged,
-            k => {
-                return Err(invalid(
-                    "kv_kind",
-                    format!("{k} is not a combs_kv_kind (0: contiguous, 1: paged)"),
-                ));
-            }
-        };
+        let kv_kind = c_enum(
+            o.kv_kind,
+            &[CacheKind::Contiguous, CacheKind::Paged],
+            "kv_kind",
+            "combs_kv_kind (0: contiguous, 1: paged)",
+        )?;
         let defaults = SessionOptions::default();
         let session = m.model.new_session(&SessionOptions {
             n_ctx: o.n_ctx as usize,
@@ -172,19 +169,14 @@ pub unsafe extern "C" fn combs_session_create(
             },
             n_logit_rows: 1,
         })?;
-        // SAFETY: out was checked by clear_out.
-        unsafe {
-            set_out(
-                out,
-                combs_session {
-                    session,
-                    model: m.model.clone(),
-                    logits_valid: false,
-                },
-            )
-        };
-        Ok(())
-    })
+        Ok(combs_session {
+            session,
+            model: m.model.clone(),
+            logits_valid: false,
+        })
+    };
+    // SAFETY: per this function's contract.
+    unsafe { guard_create("combs_session_create", out, make) }
 }
 
 /// Releases a session and its KV cache (NULL: no-op).
@@ -194,13 +186,8 @@ pub unsafe extern "C" fn combs_session_create(
 /// and not in use by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_session_free(s: *mut combs_session) {
-    let _ = guard("combs_session_free", || {
-        if !s.is_null() {
-            // SAFETY: s came from Box::into_raw in combs_session_create.
-            drop(unsafe { Box::from_raw(s) });
-        }
-        Ok(())
-    });
+    // SAFETY: per this function's contract.
+    unsafe { guard_free("combs_session_free", s) }
 }
 
 /// Evaluates `n` tokens after those the session holds (a prompt, or the
@@ -276,13 +263,9 @@ pub unsafe extern "C" fn combs_session_decode(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_session_logits(s: *const combs_session) -> *const f32 {
     let null = std::ptr::null();
-    guard_value(
-        "combs_session_logits",
-        null,
-        |_| null,
-        || {
-            // SAFETY: per this function's contract.
-            let s = unsafe { handle(s, "s") }?;
+    // SAFETY: per this function's contract.
+    unsafe {
+        guard_get("combs_session_logits", s, "s", null, |s| {
             if !s.logits_valid {
                 return Err(failure(
                     combs_status::COMBS_ERR_INVALID_ARGUMENT,
@@ -290,8 +273,8 @@ pub unsafe extern "C" fn combs_session_logits(s: *const combs_session) -> *const
                 ));
             }
             Ok(s.session.logits().as_ptr())
-        },
-    )
+        })
+    }
 }
 
 /// Number of positions (tokens) the session holds; 0 when `s` is NULL.
@@ -300,15 +283,8 @@ pub unsafe extern "C" fn combs_session_logits(s: *const combs_session) -> *const
 /// `s` is NULL or a live session not being modified by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_session_len(s: *const combs_session) -> usize {
-    guard_value(
-        "combs_session_len",
-        0,
-        |_| 0,
-        || {
-            // SAFETY: per this function's contract.
-            Ok(unsafe { handle(s, "s") }?.session.len())
-        },
-    )
+    // SAFETY: per this function's contract.
+    unsafe { guard_get("combs_session_len", s, "s", 0, |s| Ok(s.session.len())) }
 }
 
 /// The session's context size in tokens; 0 when `s` is NULL.
@@ -317,16 +293,12 @@ pub unsafe extern "C" fn combs_session_len(s: *const combs_session) -> usize {
 /// `s` is NULL or a live session not being modified by another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn combs_session_n_ctx(s: *const combs_session) -> u32 {
-    guard_value(
-        "combs_session_n_ctx",
-        0,
-        |_| 0,
-        || {
-            // SAFETY: per this function's contract.
-            let n = unsafe { handle(s, "s") }?.session.n_ctx();
-            Ok(u32::try_from(n).unwrap_or(u32::MAX))
-        },
-    )
+    // SAFETY: per this function's contract.
+    unsafe {
+        guard_get("combs_session_n_ctx", s, "s", 0, |s| {
+            Ok(u32::try_from(s.session.n_ctx()).unwrap_or(u32::MAX))
+        })
+    }
 }
 
 /// Keeps the first `n_keep` positions and forgets the rest (0: start over),
@@ -376,25 +348,17 @@ pub unsafe extern "C" fn combs_session_fork(
     s: *const combs_session,
     out: *mut *mut combs_session,
 ) -> combs_status {
-    guard("combs_session_fork", || {
-        // SAFETY: per this function's contract.
-        let out = unsafe { clear_out(out) }?;
+    let make = || {
         // SAFETY: per this function's contract.
         let s = unsafe { handle(s, "s") }?;
-        let session = s.session.fork()?;
-        // SAFETY: out was checked by clear_out.
-        unsafe {
-            set_out(
-                out,
-                combs_session {
-                    session,
-                    model: s.model.clone(),
-                    logits_valid: s.logits_valid,
-                },
-            )
-        };
-        Ok(())
-    })
+        Ok(combs_session {
+            session: s.session.fork()?,
+            model: s.model.clone(),
+            logits_valid: s.logits_valid,
+        })
+    };
+    // SAFETY: per this function's contract.
+    unsafe { guard_create("combs_session_fork", out, make) }
 }
 
 /// Usage of a KV page pool (`combs_session_page_stats`).

@@ -4,58 +4,59 @@
 
 use std::ffi::c_char;
 
-use super::args::{array, handle, token, too_small, utf8, write_text};
+use super::args::{array, handle, invalid, token, too_small, utf8, write_text};
 use super::combs_token;
-use super::guard::guard;
+use super::guard::{FfiResult, guard};
 use super::model::combs_model;
 use super::status::combs_status;
 
-/// Tokenizes, writing up to `cap` ids to `out`. Shared by both entry points.
+/// Where the tokenize entry points write: up to `cap` ids at `out`, and
+/// their number at `n_out`.
+#[derive(Clone, Copy)]
+struct IdsOut {
+    out: *mut combs_token,
+    cap: usize,
+    n_out: *mut usize,
+}
+
+/// Tokenizes `len` bytes at `text` into `ids`. Shared by both entry points.
 ///
 /// # Safety
 /// As `combs_tokenize_ex()`.
-#[allow(clippy::too_many_arguments)]
 unsafe fn tokenize(
-    func: &str,
     m: *const combs_model,
     text: *const c_char,
     len: usize,
     add_special: bool,
     parse_special: bool,
-    out: *mut combs_token,
-    cap: usize,
-    n_out: *mut usize,
-) -> combs_status {
-    guard(func, || {
-        // SAFETY: per the caller's contract.
-        let m = unsafe { handle(m, "m") }?;
-        if n_out.is_null() {
-            return Err(super::args::invalid("n_out", "is NULL"));
-        }
-        if out.is_null() && cap > 0 {
-            return Err(super::args::invalid(
-                "out",
-                format!("is NULL but cap is {cap}"),
-            ));
-        }
-        // SAFETY: text is valid for len bytes per the caller's contract.
-        let bytes = unsafe { array(text.cast::<u8>(), len, "text") }?;
-        let text = utf8(bytes, "text")?;
-        let ids = m
-            .model
-            .tokenizer()
-            .encode(text, add_special, parse_special)?;
-        // SAFETY: n_out is non-NULL and writable per the caller's contract.
-        unsafe { n_out.write(ids.len()) };
-        if ids.len() > cap {
-            return Err(too_small(ids.len(), cap));
-        }
-        for (i, &id) in ids.iter().enumerate() {
-            // SAFETY: out holds cap >= ids.len() elements.
-            unsafe { out.add(i).write(id as combs_token) };
-        }
-        Ok(())
-    })
+    ids: &IdsOut,
+) -> FfiResult<()> {
+    let IdsOut { out, cap, n_out } = *ids;
+    // SAFETY: per the caller's contract.
+    let m = unsafe { handle(m, "m") }?;
+    if n_out.is_null() {
+        return Err(invalid("n_out", "is NULL"));
+    }
+    if out.is_null() && cap > 0 {
+        return Err(invalid("out", format!("is NULL but cap is {cap}")));
+    }
+    // SAFETY: text is valid for len bytes per the caller's contract.
+    let bytes = unsafe { array(text.cast::<u8>(), len, "text") }?;
+    let text = utf8(bytes, "text")?;
+    let ids = m
+        .model
+        .tokenizer()
+        .encode(text, add_special, parse_special)?;
+    // SAFETY: n_out is non-NULL and writable per the caller's contract.
+    unsafe { n_out.write(ids.len()) };
+    if ids.len() > cap {
+        return Err(too_small(ids.len(), cap));
+    }
+    for (i, &id) in ids.iter().enumerate() {
+        // SAFETY: out holds cap >= ids.len() elements.
+        unsafe { out.add(i).write(id as combs_token) };
+    }
+    Ok(())
 }
 
 /// Tokenizes `len` bytes of UTF-8 `text` (no NUL needed) into `out`, which
@@ -85,20 +86,11 @@ pub unsafe extern "C" fn combs_tokenize(
     cap: usize,
     n_out: *mut usize,
 ) -> combs_status {
+    let ids = IdsOut { out, cap, n_out };
     // SAFETY: same contract.
-    unsafe {
-        tokenize(
-            "combs_tokenize",
-            m,
-            text,
-            len,
-            add_special,
-            true,
-            out,
-            cap,
-            n_out,
-        )
-    }
+    guard("combs_tokenize", || unsafe {
+        tokenize(m, text, len, add_special, true, &ids)
+    })
 }
 
 /// `combs_tokenize()` with the choice of whether control tokens written in
@@ -112,7 +104,6 @@ pub unsafe extern "C" fn combs_tokenize(
 /// # Safety
 /// As `combs_tokenize()`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn combs_tokenize_ex(
     m: *const combs_model,
     text: *const c_char,
@@ -123,20 +114,11 @@ pub unsafe extern "C" fn combs_tokenize_ex(
     cap: usize,
     n_out: *mut usize,
 ) -> combs_status {
+    let ids = IdsOut { out, cap, n_out };
     // SAFETY: same contract.
-    unsafe {
-        tokenize(
-            "combs_tokenize_ex",
-            m,
-            text,
-            len,
-            add_special,
-            parse_special,
-            out,
-            cap,
-            n_out,
-        )
-    }
+    guard("combs_tokenize_ex", || unsafe {
+        tokenize(m, text, len, add_special, parse_special, &ids)
+    })
 }
 
 /// Writes the text of token `t` into `buf` (`cap` bytes) followed by a NUL;

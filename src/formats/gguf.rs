@@ -21,9 +21,8 @@ use std::path::Path;
 
 pub use value::{MetaArray, MetaValue, ValueType};
 
+use super::ggml_type::{QuantType, ggml_type_name};
 use crate::error::{ModelError, Result};
-use crate::quant::QuantType;
-use crate::quant::types::ggml_type_name;
 
 /// Alignment of the data section and of tensor offsets when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;

@@ -13,9 +13,9 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use super::ggml_type::{ggml_block_geometry, ggml_type_name};
 use super::gguf::{DEFAULT_ALIGNMENT, MetaArray, MetaValue};
 use crate::error::{ModelError, Result};
-use crate::quant::types::{ggml_block_geometry, ggml_type_name};
 
 /// GGUF version written.
 pub const GGUF_WRITE_VERSION: u32 = 3;

@@ -1,8 +1,11 @@
-//! Model file formats: the GGUF reader (zero-copy over memmap2) and the GGUF
-//! writer used by tests and `combs synth`.
+//! Model file formats: the GGUF reader (zero-copy over memmap2), the GGUF
+//! writer used by tests and `combs synth`, and the GGML tensor type table
+//! both read. Nothing here depends on the `quant` module.
 
+pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_writer;
+pub(crate) mod id_enum;
 
 pub use gguf::{GgufFile, MetaArray, MetaValue, TensorInfo, ValueType};
 pub use gguf_writer::GgufWriter;

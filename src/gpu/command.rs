@@ -140,12 +140,7 @@ impl Recording {
 
     fn with_query_pool(ctx: &Arc<GpuContext>, timestamps: bool) -> Result<Self> {
         let dev = ctx.device();
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(ctx.queue_family())
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        // SAFETY: valid device and create info.
-        let pool = unsafe { dev.create_command_pool(&info, None) }
-            .map_err(|r| ModelError::vk("vkCreateCommandPool", r))?;
+        let pool = ctx.create_command_pool()?;
         let mut rec = Recording {
             ctx: ctx.clone(),
             pool,
@@ -240,28 +235,21 @@ impl Recording {
         if src.contains(vk::PipelineStageFlags::TRANSFER) {
             src_access |= vk::AccessFlags::TRANSFER_WRITE;
         }
-        let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(src_access)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE
-                    | vk::AccessFlags::INDIRECT_COMMAND_READ,
-            )];
+        let dst_access = vk::AccessFlags::SHADER_READ
+            | vk::AccessFlags::SHADER_WRITE
+            | vk::AccessFlags::TRANSFER_READ
+            | vk::AccessFlags::TRANSFER_WRITE
+            | vk::AccessFlags::INDIRECT_COMMAND_READ;
         let dst = vk::PipelineStageFlags::COMPUTE_SHADER
             | vk::PipelineStageFlags::TRANSFER
             | vk::PipelineStageFlags::DRAW_INDIRECT;
         // SAFETY: cmd is in the recording state (checked by callers).
         unsafe {
-            self.ctx.device().cmd_pipeline_barrier(
+            memory_barrier(
+                self.ctx.device(),
                 self.cmd,
-                src,
-                dst,
-                vk::DependencyFlags::empty(),
-                &mb,
-                &[],
-                &[],
+                (src, src_access),
+                (dst, dst_access),
             )
         };
         self.written.clear();
@@ -623,20 +611,17 @@ impl Recording {
     /// A failing Vulkan call.
     pub fn finish(&mut self) -> Result<()> {
         self.check_open()?;
-        let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::HOST_READ)];
         let dev = self.ctx.device();
         // SAFETY: recording state.
         unsafe {
-            dev.cmd_pipeline_barrier(
+            memory_barrier(
+                dev,
                 self.cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &mb,
-                &[],
-                &[],
+                (
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                    vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+                ),
+                (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
             );
             dev.end_command_buffer(self.cmd)
         }
@@ -663,21 +648,10 @@ impl Recording {
                 "submitting an unfinished recording".into(),
             ));
         }
-        let dev = self.ctx.device();
-        let cmds = [self.cmd];
-        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        {
-            let queue = self.ctx.queue();
-            // SAFETY: cmd is executable, the fence unsignaled, the queue locked.
-            unsafe { dev.queue_submit(*queue, &submit, self.fence) }
-                .map_err(|r| ModelError::vk("vkQueueSubmit", r))?;
-        }
-        let waited = wait_fence(dev, self.fence, mode);
-        // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
-        let reset = unsafe { dev.reset_fences(&[self.fence]) };
-        waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
-        reset.map_err(|r| ModelError::vk("vkResetFences", r))?;
-        Ok(())
+        // SAFETY: cmd is executable (finished), the fence unsignaled, and
+        // everything the recording uses is kept alive by it.
+        unsafe { self.ctx.submit(self.cmd, self.fence) }?;
+        wait_and_reset(self.ctx.device(), self.fence, mode)
     }
 
     /// Labels and GPU times in nanoseconds, measured from the first timestamp,
@@ -791,6 +765,47 @@ fn wait_fence(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> ash::prelu
     }
     // SAFETY: the fence belongs to this device.
     unsafe { dev.wait_for_fences(&[fence], true, u64::MAX) }
+}
+
+/// Waits for `fence` as `mode` says, then resets it even when the wait
+/// failed.
+///
+/// # Errors
+/// The wait or the reset failed (a lost device).
+pub(crate) fn wait_and_reset(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> Result<()> {
+    let waited = wait_fence(dev, fence, mode);
+    // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
+    let reset = unsafe { dev.reset_fences(&[fence]) };
+    waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
+    reset.map_err(|r| ModelError::vk("vkResetFences", r))
+}
+
+/// Records a global memory barrier: the accesses `src.1` of stages `src.0`
+/// become visible to the accesses `dst.1` of stages `dst.0` after it.
+///
+/// # Safety
+/// `cmd` is a command buffer of `dev` in the recording state.
+pub(crate) unsafe fn memory_barrier(
+    dev: &ash::Device,
+    cmd: vk::CommandBuffer,
+    src: (vk::PipelineStageFlags, vk::AccessFlags),
+    dst: (vk::PipelineStageFlags, vk::AccessFlags),
+) {
+    let mb = [vk::MemoryBarrier::default()
+        .src_access_mask(src.1)
+        .dst_access_mask(dst.1)];
+    // SAFETY: per this function's contract.
+    unsafe {
+        dev.cmd_pipeline_barrier(
+            cmd,
+            src.0,
+            dst.0,
+            vk::DependencyFlags::empty(),
+            &mb,
+            &[],
+            &[],
+        )
+    };
 }
 
 /// Records, submits and waits for a one-off piece of GPU work.

@@ -18,6 +18,13 @@ use super::caps::{CoopMatShape, DeviceCaps};
 use super::pipeline::PipelineCache;
 use crate::error::{ModelError, Result};
 
+/// Locks `m` even when a panic poisoned it: what combs guards with a mutex
+/// (the queue, the allocator, caches of handles) stays consistent through a
+/// panic, and a C caller must not be stuck with a dead context.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A device as `combs info --devices` lists it.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -528,14 +535,45 @@ impl GpuContext {
         self.queue_family
     }
 
+    /// Submits `cmd` to the compute queue, to signal `fence` when it completes.
+    ///
+    /// # Errors
+    /// A failing `vkQueueSubmit`.
+    ///
+    /// # Safety
+    /// `cmd` is executable (ended, not pending) and `fence` unsignaled, both
+    /// of this device; whatever `cmd` uses stays alive until `fence` is waited.
+    pub(crate) unsafe fn submit(&self, cmd: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        let cmds = [cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        let queue = self.queue();
+        // SAFETY: per this function's contract; the queue is locked.
+        unsafe { self.device.queue_submit(*queue, &submit, fence) }
+            .map_err(|r| ModelError::vk("vkQueueSubmit", r))
+    }
+
+    /// A command pool of the compute queue's family whose command buffers
+    /// can be reset one by one.
+    ///
+    /// # Errors
+    /// A failing `vkCreateCommandPool`.
+    pub(crate) fn create_command_pool(&self) -> Result<vk::CommandPool> {
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(self.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid device and create info.
+        unsafe { self.device.create_command_pool(&info, None) }
+            .map_err(|r| ModelError::vk("vkCreateCommandPool", r))
+    }
+
     /// Locks the compute queue for a submission.
     pub(crate) fn queue(&self) -> MutexGuard<'_, vk::Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.queue)
     }
 
     /// Locks the memory allocator.
     pub(crate) fn allocator(&self) -> MutexGuard<'_, Allocator> {
-        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.allocator)
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
-use super::context::GpuContext;
+use super::context::{GpuContext, lock};
 use super::kernels::Kernel;
 use crate::error::{ModelError, Result};
 
@@ -55,12 +55,12 @@ impl PipelineCache {
     /// # Safety
     /// No command buffer using them may be pending; `device` is the one they were made on.
     pub(crate) unsafe fn destroy(&self, device: &ash::Device) {
-        let mut p = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = lock(&self.pipelines);
         for (_, pl) in p.drain() {
             // SAFETY: per the function's contract.
             unsafe { device.destroy_pipeline(pl.raw, None) };
         }
-        let mut l = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = lock(&self.layouts);
         for (_, (set, layout)) in l.drain() {
             // SAFETY: per the function's contract.
             unsafe {
@@ -72,11 +72,7 @@ impl PipelineCache {
 }
 
 fn layouts(ctx: &GpuContext, n: u32) -> Result<(vk::DescriptorSetLayout, vk::PipelineLayout)> {
-    let mut map = ctx
-        .pipelines
-        .layouts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut map = lock(&ctx.pipelines.layouts);
     if let Some(l) = map.get(&n) {
         return Ok(*l);
     }
@@ -139,13 +135,7 @@ pub fn get_pipeline(
         n_bindings,
         subgroup,
     };
-    if let Some(p) = ctx
-        .pipelines
-        .pipelines
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-    {
+    if let Some(p) = lock(&ctx.pipelines.pipelines).get(&key) {
         return Ok(p.clone());
     }
     let (set_layout, layout) = layouts(ctx, n_bindings)?;
@@ -193,11 +183,7 @@ pub fn get_pipeline(
         set_layout,
         kernel,
     });
-    let mut map = ctx
-        .pipelines
-        .pipelines
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut map = lock(&ctx.pipelines.pipelines);
     // Another thread may have built the same pipeline meanwhile; keep the first.
     if let Some(existing) = map.get(&key) {
         // SAFETY: the new pipeline was never used.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use super::buffer::{Buffer, MemoryKind};
+use super::command::{WaitMode, memory_barrier, wait_and_reset};
 use super::context::GpuContext;
 use crate::error::{ModelError, Result};
 
@@ -46,12 +47,7 @@ impl Uploader {
         let half = half.max(4096).next_multiple_of(256);
         let staging = Buffer::new(ctx, 2 * half, MemoryKind::Upload, "staging ring")?;
         let dev = ctx.device();
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(ctx.queue_family())
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        // SAFETY: valid device.
-        let pool = unsafe { dev.create_command_pool(&info, None) }
-            .map_err(|r| ModelError::vk("vkCreateCommandPool", r))?;
+        let pool = ctx.create_command_pool()?;
         let alloc = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)
             .level(vk::CommandBufferLevel::PRIMARY)
@@ -94,44 +90,33 @@ impl Uploader {
         if !slot.in_flight {
             return Ok(());
         }
-        let dev = self.ctx.device();
-        // SAFETY: the fence belongs to this device and was submitted.
-        let waited = unsafe { dev.wait_for_fences(&[slot.fence], true, u64::MAX) };
-        // SAFETY: as above.
-        let reset = unsafe { dev.reset_fences(&[slot.fence]) };
+        let done = wait_and_reset(self.ctx.device(), slot.fence, WaitMode::Block);
         slot.in_flight = false;
         slot.keep = None;
-        waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
-        reset.map_err(|r| ModelError::vk("vkResetFences", r))
+        done
     }
 
+    /// Submits the copy of `region` from `src` to `dst` on slot `i`.
     fn submit_copy(
         &mut self,
         i: usize,
         src: &Arc<Buffer>,
-        src_offset: u64,
         dst: &Arc<Buffer>,
-        dst_offset: u64,
-        size: u64,
+        region: vk::BufferCopy,
     ) -> Result<()> {
         let dev = self.ctx.device().clone();
         let slot = &mut self.slots[i];
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        let region = [vk::BufferCopy::default()
-            .src_offset(src_offset)
-            .dst_offset(dst_offset)
-            .size(size)];
         // Later compute and host reads must see the copy.
-        let mb = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::HOST_READ
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            )];
+        let dst_stages = vk::PipelineStageFlags::COMPUTE_SHADER
+            | vk::PipelineStageFlags::HOST
+            | vk::PipelineStageFlags::TRANSFER;
+        let dst_access = vk::AccessFlags::SHADER_READ
+            | vk::AccessFlags::SHADER_WRITE
+            | vk::AccessFlags::HOST_READ
+            | vk::AccessFlags::TRANSFER_READ
+            | vk::AccessFlags::TRANSFER_WRITE;
         // SAFETY: the slot's command buffer is not pending (waited by the caller);
         // both buffers stay alive until the fence is waited (kept in the slot).
         unsafe {
@@ -139,25 +124,19 @@ impl Uploader {
                 .map_err(|r| ModelError::vk("vkResetCommandBuffer", r))?;
             dev.begin_command_buffer(slot.cmd, &begin)
                 .map_err(|r| ModelError::vk("vkBeginCommandBuffer", r))?;
-            dev.cmd_copy_buffer(slot.cmd, src.raw(), dst.raw(), &region);
-            dev.cmd_pipeline_barrier(
+            dev.cmd_copy_buffer(slot.cmd, src.raw(), dst.raw(), &[region]);
+            memory_barrier(
+                &dev,
                 slot.cmd,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::COMPUTE_SHADER
-                    | vk::PipelineStageFlags::HOST
-                    | vk::PipelineStageFlags::TRANSFER,
-                vk::DependencyFlags::empty(),
-                &mb,
-                &[],
-                &[],
+                (
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::AccessFlags::TRANSFER_WRITE,
+                ),
+                (dst_stages, dst_access),
             );
             dev.end_command_buffer(slot.cmd)
                 .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
-            let cmds = [slot.cmd];
-            let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-            let queue = self.ctx.queue();
-            dev.queue_submit(*queue, &submit, slot.fence)
-                .map_err(|r| ModelError::vk("vkQueueSubmit", r))?;
+            self.ctx.submit(slot.cmd, slot.fence)?;
         }
         slot.in_flight = true;
         slot.keep = Some(if src.kind() == MemoryKind::Device {
@@ -216,7 +195,12 @@ impl Uploader {
             let staging_offset = i as u64 * self.half;
             self.staging.write_bytes(staging_offset, buf)?;
             let staging = self.staging.clone();
-            self.submit_copy(i, &staging, staging_offset, dst, offset + done, n)?;
+            let region = vk::BufferCopy {
+                src_offset: staging_offset,
+                dst_offset: offset + done,
+                size: n,
+            };
+            self.submit_copy(i, &staging, dst, region)?;
             done += n;
         }
         Ok(())
@@ -242,7 +226,12 @@ impl Uploader {
         while done < len {
             let n = self.half.min(len - done);
             let staging = self.staging.clone();
-            self.submit_copy(0, src, offset + done, &staging, 0, n)?;
+            let region = vk::BufferCopy {
+                src_offset: offset + done,
+                dst_offset: 0,
+                size: n,
+            };
+            self.submit_copy(0, src, &staging, region)?;
             self.wait_slot(0)?;
             self.staging
                 .read_bytes(0, &mut out[done as usize..(done + n) as usize])?;

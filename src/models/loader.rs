@@ -8,7 +8,7 @@ use crate::error::{ModelError, Result};
 use crate::formats::gguf::{GgufFile, TensorInfo};
 use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
 use crate::ops::linear::Linear;
-use crate::quant::{QuantWeight, dequantize_vec};
+use crate::quant::{QuantWeight, TensorBytes, dequantize_vec};
 
 /// Reads tensors of one file onto one device, counting bytes for a progress bar.
 pub struct TensorLoader<'a> {
@@ -169,14 +169,17 @@ impl<'a> TensorLoader<'a> {
         } else {
             data.concat()
         };
+        let tensor = TensorBytes {
+            name,
+            qtype,
+            rows: total,
+            cols,
+            bytes: &bytes,
+        };
         let w = QuantWeight::from_gguf_bytes_grouped(
             &self.ctx,
             &mut self.up,
-            name,
-            qtype,
-            total,
-            cols,
-            &bytes,
+            tensor,
             // whole rounds; or row pairs, for a rope folded into the matvec
             if interleave { names.len() } else { 2 },
         )?;

@@ -238,19 +238,26 @@ impl ReferenceModel {
             }
             v
         };
+        // A sub-layer's output joins the residual stream, post-normed first
+        // where the architecture has such a norm.
+        let add_residual = |x: &mut [f32], o: Vec<f32>, post_norm: &Option<Vec<f32>>| {
+            let o = match post_norm {
+                Some(pn) => norm(&o, pn),
+                None => o,
+            };
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+        };
         for (il, b) in self.blocks.iter().enumerate() {
             let xn = norm(&x, &b.attn_norm);
             let mut q = add_bias(b.wq.apply(&xn), &b.bq);
             let mut k = add_bias(b.wk.apply(&xn), &b.bk);
             let v = add_bias(b.wv.apply(&xn), &b.bv);
             if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
-                for h in q.chunks_mut(hd) {
-                    let n = norm(h, qn);
-                    h.copy_from_slice(&n);
-                }
-                for h in k.chunks_mut(hd) {
-                    let n = norm(h, kn);
-                    h.copy_from_slice(&n);
+                for (v, w) in [(&mut q, qn), (&mut k, kn)] {
+                    for h in v.chunks_mut(hd) {
+                        let n = norm(h, w);
+                        h.copy_from_slice(&n);
+                    }
                 }
             }
             let local = sp.window_of(il) > 0 && sp.family == super::Family::Gemma3;
@@ -260,17 +267,7 @@ impl ReferenceModel {
                 (sp.rope_base, sp.rope_scaling.clone())
             };
             let f = inv_freq(sp.n_rot, base, &scaling.for_context(self.n_ctx));
-            for h in q.chunks_mut(hd) {
-                rope_ref(
-                    h,
-                    pos as i32,
-                    &f,
-                    sp.n_rot,
-                    sp.rope_style,
-                    sp.rope_attn_factor,
-                );
-            }
-            for h in k.chunks_mut(hd) {
+            for h in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                 rope_ref(
                     h,
                     pos as i32,
@@ -330,12 +327,7 @@ impl ReferenceModel {
                     attn[h * hd + d] = (acc / sum) as f32;
                 }
             }
-            let o = b.wo.apply(&attn);
-            let o = match &b.post_attn_norm {
-                Some(pn) => norm(&o, pn),
-                None => o,
-            };
-            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            add_residual(&mut x, b.wo.apply(&attn), &b.post_attn_norm);
             let xn = norm(&x, &b.ffn_norm);
             let gt = b.gate.apply(&xn);
             let up = b.up.apply(&xn);
@@ -344,12 +336,7 @@ impl ReferenceModel {
                 .zip(&up)
                 .map(|(&g, &u)| act_ref(sp.activation, g) * u)
                 .collect();
-            let d = b.down.apply(&hidden);
-            let d = match &b.post_ffn_norm {
-                Some(pn) => norm(&d, pn),
-                None => d,
-            };
-            x.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
+            add_residual(&mut x, b.down.apply(&hidden), &b.post_ffn_norm);
         }
         let xn = norm(&x, &self.output_norm);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);

@@ -1,4 +1,5 @@
-//! Scale searches shared by the K-quant reference quantizers (Q2_K … Q6_K).
+//! Scale searches shared by the K-quant reference quantizers (Q2_K … Q6_K),
+//! and the two maxima the legacy ones (Q4_0 … Q8_0) search too.
 //!
 //! Each function follows its namesake in llama.cpp's `ggml/src/ggml-quants.c`
 //! operation for operation: the same loops, the same float expressions in the
@@ -10,6 +11,8 @@
 //! uses `as i8` / `as u8`, which truncate the same way GCC does.
 
 use half::f16;
+
+use super::q2_k::QK_K;
 
 /// Below this absolute maximum a group counts as all zeros (ggml's `GROUP_MAX_EPS`).
 pub const GROUP_MAX_EPS: f32 = 1e-15;
@@ -53,6 +56,42 @@ pub fn fp32_to_bf16_bits(f: f32) -> u16 {
     (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16
 }
 
+/// The value of largest magnitude in `xs` with its sign, and that magnitude,
+/// as ggml's `if (ax > amax) { amax = ax; max = x; }` loops find them starting
+/// from zeros: the first of equal magnitudes wins and a NaN is never taken.
+pub(crate) fn max_by_magnitude(xs: &[f32]) -> (f32, f32) {
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in xs {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
+/// The largest of `xs` and 0, as ggml's `if (x > max) max = x;` loops find it
+/// starting from 0: a NaN is never taken, and an all-negative (or -0) input
+/// gives +0, whose bits end up in the block.
+pub(crate) fn max_or_zero(xs: &[f32]) -> f32 {
+    xs.iter()
+        .fold(0.0f32, |max, &v| if v > max { v } else { max })
+}
+
+/// The value of largest magnitude in `x`, keeping its sign, where the
+/// symmetric searches start; `None`, with `levels` zeroed, for a group of
+/// zeros (below [`GROUP_MAX_EPS`]).
+fn group_max(x: &[f32], levels: &mut [i8]) -> Option<f32> {
+    let (max, amax) = max_by_magnitude(x);
+    if amax < GROUP_MAX_EPS {
+        levels.fill(0);
+        return None;
+    }
+    Some(max)
+}
+
 /// Symmetric quantization of `x` to levels `-nmax..nmax`, with a search over
 /// 18 nearby scales minimizing weighted squared error (ggml `make_qx_quants`).
 ///
@@ -69,19 +108,9 @@ pub fn make_qx_quants(
 ) -> f32 {
     let n = x.len();
     let levels = &mut levels[..n];
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
-        levels.fill(0);
+    let Some(max) = group_max(x, levels) else {
         return 0.0;
-    }
+    };
     let mut iscale = -(nmax as f32) / max;
     if rmse_type == 0 {
         for (q, &v) in levels.iter_mut().zip(x) {
@@ -156,19 +185,9 @@ pub fn make_qx_quants(
 pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) -> f32 {
     let n = x.len();
     let levels = &mut levels[..n];
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
-        levels.fill(0);
+    let Some(max) = group_max(x, levels) else {
         return 0.0;
-    }
+    };
     let iscale = -(nmax as f32) / max;
     if do_rmse {
         let mut sumlx = 0.0f32;
@@ -219,6 +238,22 @@ pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) ->
     1.0 / iscale
 }
 
+/// The search parameters of [`make_qkx2_quants`]: ggml's arguments of the
+/// same names, fixed per format.
+#[derive(Clone, Copy, Debug)]
+pub struct Qkx2Search {
+    /// Largest level (levels are `0..=nmax`).
+    pub nmax: i32,
+    /// Offset from `nmax` of the first inverse scale tried.
+    pub rmin: f32,
+    /// Step between the inverse scales tried.
+    pub rdelta: f32,
+    /// Steps of the search (`nstep + 1` scales tried; below 1: no search).
+    pub nstep: i32,
+    /// Weigh absolute errors rather than squared ones.
+    pub use_mad: bool,
+}
+
 /// Asymmetric quantization of `x` to levels `0..=nmax` with a scale and a
 /// min, searching `nstep + 1` scales from `rmin` in steps of `rdelta` for the
 /// least weighted error (squared, or absolute with `use_mad`); ggml
@@ -227,18 +262,19 @@ pub fn make_q3_quants(nmax: i32, x: &[f32], levels: &mut [i8], do_rmse: bool) ->
 /// Writes the levels to `levels` and returns `(scale, the_min)`, where the
 /// group dequantizes as `scale * l - the_min` (`the_min` ≥ 0). `x` holds at
 /// most 32 values, the largest K-quant sub-block.
-// The parameters are ggml's, one for one, so call sites read like llama.cpp's.
-#[allow(clippy::too_many_arguments)]
 pub fn make_qkx2_quants(
-    nmax: i32,
     x: &[f32],
     weights: &[f32],
     levels: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
+    search: &Qkx2Search,
 ) -> (f32, f32) {
+    let Qkx2Search {
+        nmax,
+        rmin,
+        rdelta,
+        nstep,
+        use_mad,
+    } = *search;
     let n = x.len();
     let levels = &mut levels[..n];
     let mut aux_buf = [0u8; 32];
@@ -315,6 +351,43 @@ pub fn make_qkx2_quants(
         }
     }
     (scale, -min)
+}
+
+/// Runs a symmetric search (`make_q3_quants`, `make_qx_quants`) on each
+/// 16-weight sub-block of the super-block `xb`, in order; returns the levels
+/// and each sub-block's scale (the search Q3_K and Q6_K share).
+pub(crate) fn symmetric_sub_blocks(
+    xb: &[f32],
+    mut search: impl FnMut(&[f32], &mut [i8]) -> f32,
+) -> ([i8; QK_K], [f32; QK_K / 16]) {
+    let mut levels = [0i8; QK_K];
+    let scales =
+        std::array::from_fn(|j| search(&xb[16 * j..16 * j + 16], &mut levels[16 * j..16 * j + 16]));
+    (levels, scales)
+}
+
+/// Runs [`make_qkx2_quants`] on each of the `N` sub-blocks of the super-block
+/// `xb` (`QK_K / N` weights each, at most 32), weighing each with
+/// `weigh(sub_block, weights)`; returns the levels and each sub-block's scale
+/// and min (the search Q2_K, Q4_K and Q5_K share).
+pub(crate) fn qkx2_sub_blocks<const N: usize>(
+    xb: &[f32],
+    search: &Qkx2Search,
+    weigh: impl Fn(&[f32], &mut [f32]),
+) -> ([u8; QK_K], [f32; N], [f32; N]) {
+    let len = QK_K / N;
+    let mut levels = [0u8; QK_K];
+    let mut scales = [0.0f32; N];
+    let mut mins = [0.0f32; N];
+    for j in 0..N {
+        let xs = &xb[len * j..len * (j + 1)];
+        let mut weights = [0.0f32; 32];
+        let weights = &mut weights[..len];
+        weigh(xs, weights);
+        let ls = &mut levels[len * j..len * (j + 1)];
+        (scales[j], mins[j]) = make_qkx2_quants(xs, weights, ls, search);
+    }
+    (levels, scales, mins)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! token (f32 scales cost Q4_0 11% more bytes). Dense types keep their GGUF
 //! bytes unchanged.
 
-use super::types::QuantType;
+use super::QuantType;
 
 /// Where one quant plane comes from inside a GGUF block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,58 +39,30 @@ const fn p(src_offset: usize, bytes: usize) -> Plane {
 impl DeviceLayout {
     /// The layout of `t`, or `None` for dense types (stored verbatim).
     pub fn of(t: QuantType) -> Option<DeviceLayout> {
+        // Each arm names the GGUF block's fields in order; the `const` blocks
+        // make the plane arrays statics.
         let (planes, scales): (&'static [Plane], &'static [usize]) = match t {
             QuantType::F32 | QuantType::F16 | QuantType::BF16 => return None,
             // d, qs[16]
-            QuantType::Q4_0 => {
-                const P: &[Plane] = &[p(2, 16)];
-                (P, &[0])
-            }
+            QuantType::Q4_0 => (const { &[p(2, 16)] }, &[0]),
             // d, m, qs[16]
-            QuantType::Q4_1 => {
-                const P: &[Plane] = &[p(4, 16)];
-                (P, &[0, 2])
-            }
+            QuantType::Q4_1 => (const { &[p(4, 16)] }, &[0, 2]),
             // d, qh[4], qs[16]
-            QuantType::Q5_0 => {
-                const P: &[Plane] = &[p(6, 16), p(2, 4)];
-                (P, &[0])
-            }
+            QuantType::Q5_0 => (const { &[p(6, 16), p(2, 4)] }, &[0]),
             // d, m, qh[4], qs[16]
-            QuantType::Q5_1 => {
-                const P: &[Plane] = &[p(8, 16), p(4, 4)];
-                (P, &[0, 2])
-            }
+            QuantType::Q5_1 => (const { &[p(8, 16), p(4, 4)] }, &[0, 2]),
             // d, qs[32]
-            QuantType::Q8_0 => {
-                const P: &[Plane] = &[p(2, 32)];
-                (P, &[0])
-            }
+            QuantType::Q8_0 => (const { &[p(2, 32)] }, &[0]),
             // scales[16], qs[64], d, dmin
-            QuantType::Q2K => {
-                const P: &[Plane] = &[p(16, 64), p(0, 16)];
-                (P, &[80, 82])
-            }
+            QuantType::Q2K => (const { &[p(16, 64), p(0, 16)] }, &[80, 82]),
             // hmask[32], qs[64], scales[12], d
-            QuantType::Q3K => {
-                const P: &[Plane] = &[p(32, 64), p(0, 32), p(96, 12)];
-                (P, &[108])
-            }
+            QuantType::Q3K => (const { &[p(32, 64), p(0, 32), p(96, 12)] }, &[108]),
             // d, dmin, scales[12], qs[128]
-            QuantType::Q4K => {
-                const P: &[Plane] = &[p(16, 128), p(4, 12)];
-                (P, &[0, 2])
-            }
+            QuantType::Q4K => (const { &[p(16, 128), p(4, 12)] }, &[0, 2]),
             // d, dmin, scales[12], qh[32], qs[128]
-            QuantType::Q5K => {
-                const P: &[Plane] = &[p(48, 128), p(16, 32), p(4, 12)];
-                (P, &[0, 2])
-            }
+            QuantType::Q5K => (const { &[p(48, 128), p(16, 32), p(4, 12)] }, &[0, 2]),
             // ql[128], qh[64], scales[16], d
-            QuantType::Q6K => {
-                const P: &[Plane] = &[p(0, 128), p(128, 64), p(192, 16)];
-                (P, &[208])
-            }
+            QuantType::Q6K => (const { &[p(0, 128), p(128, 64), p(192, 16)] }, &[208]),
         };
         Some(DeviceLayout { planes, scales })
     }

@@ -3,6 +3,7 @@
 //! bit), the reference quantizer, and the device layout written by
 //! [`layout::repack`]. [`weight`] holds the GPU-resident weight types.
 
+pub mod block;
 pub mod kquant_search;
 pub mod layout;
 pub mod q2_k;
@@ -16,7 +17,6 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod requantize;
-pub mod types;
 pub mod weight;
 mod x86_cast;
 
@@ -25,9 +25,13 @@ use std::borrow::Cow;
 use bytemuck::Pod;
 use half::{bf16, f16};
 
+use block::{Block, dequantize_row, quantize_row};
+
+/// The GGML type table, which belongs to the file format (`crate::formats`).
+pub use crate::formats::ggml_type as types;
+pub use crate::formats::ggml_type::QuantType;
 pub use layout::{DeviceLayout, device_bytes, repack};
-pub use types::QuantType;
-pub use weight::{QuantWeight, WeightChunk};
+pub use weight::{QuantWeight, TensorBytes, WeightChunk};
 
 use crate::error::{ModelError, Result};
 
@@ -72,16 +76,16 @@ pub fn dequantize(t: QuantType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
                 *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
             }
         }
-        QuantType::Q4_0 => q4_0::dequantize_row_q4_0(&blocks(bytes), out),
-        QuantType::Q4_1 => q4_1::dequantize_row_q4_1(&blocks(bytes), out),
-        QuantType::Q5_0 => q5_0::dequantize_row_q5_0(&blocks(bytes), out),
-        QuantType::Q5_1 => q5_1::dequantize_row_q5_1(&blocks(bytes), out),
-        QuantType::Q8_0 => q8_0::dequantize_row_q8_0(&blocks(bytes), out),
-        QuantType::Q2K => q2_k::dequantize_row_q2_k(&blocks(bytes), out),
-        QuantType::Q3K => q3_k::dequantize_row_q3_k(&blocks(bytes), out),
-        QuantType::Q4K => q4_k::dequantize_row_q4_k(&blocks(bytes), out),
-        QuantType::Q5K => q5_k::dequantize_row_q5_k(&blocks(bytes), out),
-        QuantType::Q6K => q6_k::dequantize_row_q6_k(&blocks(bytes), out),
+        QuantType::Q4_0 => dequantize_row::<q4_0::BlockQ4_0>(&blocks(bytes), out),
+        QuantType::Q4_1 => dequantize_row::<q4_1::BlockQ4_1>(&blocks(bytes), out),
+        QuantType::Q5_0 => dequantize_row::<q5_0::BlockQ5_0>(&blocks(bytes), out),
+        QuantType::Q5_1 => dequantize_row::<q5_1::BlockQ5_1>(&blocks(bytes), out),
+        QuantType::Q8_0 => dequantize_row::<q8_0::BlockQ8_0>(&blocks(bytes), out),
+        QuantType::Q2K => dequantize_row::<q2_k::BlockQ2K>(&blocks(bytes), out),
+        QuantType::Q3K => dequantize_row::<q3_k::BlockQ3K>(&blocks(bytes), out),
+        QuantType::Q4K => dequantize_row::<q4_k::BlockQ4K>(&blocks(bytes), out),
+        QuantType::Q5K => dequantize_row::<q5_k::BlockQ5K>(&blocks(bytes), out),
+        QuantType::Q6K => dequantize_row::<q6_k::BlockQ6K>(&blocks(bytes), out),
     }
     Ok(())
 }
@@ -96,9 +100,9 @@ pub fn dequantize_vec(t: QuantType, bytes: &[u8], n: usize) -> Result<Vec<f32>> 
     Ok(out)
 }
 
-fn quantize_blocks<B: Pod>(x: &[f32], block: usize, f: fn(&[f32], &mut [B])) -> Vec<u8> {
-    let mut blocks = vec![B::zeroed(); x.len() / block];
-    f(x, &mut blocks);
+fn quantize_blocks<B: Block>(x: &[f32]) -> Vec<u8> {
+    let mut blocks = vec![B::zeroed(); x.len() / B::QK];
+    quantize_row(x, &mut blocks);
     bytemuck::cast_slice(&blocks).to_vec()
 }
 
@@ -120,16 +124,16 @@ pub fn quantize(t: QuantType, x: &[f32]) -> Result<Vec<u8>> {
             .iter()
             .flat_map(|&v| kquant_search::fp32_to_bf16_bits(v).to_le_bytes())
             .collect(),
-        QuantType::Q4_0 => quantize_blocks(x, q4_0::QK4_0, q4_0::quantize_row_q4_0),
-        QuantType::Q4_1 => quantize_blocks(x, q4_1::QK4_1, q4_1::quantize_row_q4_1),
-        QuantType::Q5_0 => quantize_blocks(x, q5_0::QK5_0, q5_0::quantize_row_q5_0),
-        QuantType::Q5_1 => quantize_blocks(x, q5_1::QK5_1, q5_1::quantize_row_q5_1),
-        QuantType::Q8_0 => quantize_blocks(x, q8_0::QK8_0, q8_0::quantize_row_q8_0),
-        QuantType::Q2K => quantize_blocks(x, q2_k::QK_K, q2_k::quantize_row_q2_k),
-        QuantType::Q3K => quantize_blocks(x, q2_k::QK_K, q3_k::quantize_row_q3_k),
-        QuantType::Q4K => quantize_blocks(x, q2_k::QK_K, q4_k::quantize_row_q4_k),
-        QuantType::Q5K => quantize_blocks(x, q2_k::QK_K, q5_k::quantize_row_q5_k),
-        QuantType::Q6K => quantize_blocks(x, q2_k::QK_K, q6_k::quantize_row_q6_k),
+        QuantType::Q4_0 => quantize_blocks::<q4_0::BlockQ4_0>(x),
+        QuantType::Q4_1 => quantize_blocks::<q4_1::BlockQ4_1>(x),
+        QuantType::Q5_0 => quantize_blocks::<q5_0::BlockQ5_0>(x),
+        QuantType::Q5_1 => quantize_blocks::<q5_1::BlockQ5_1>(x),
+        QuantType::Q8_0 => quantize_blocks::<q8_0::BlockQ8_0>(x),
+        QuantType::Q2K => quantize_blocks::<q2_k::BlockQ2K>(x),
+        QuantType::Q3K => quantize_blocks::<q3_k::BlockQ3K>(x),
+        QuantType::Q4K => quantize_blocks::<q4_k::BlockQ4K>(x),
+        QuantType::Q5K => quantize_blocks::<q5_k::BlockQ5K>(x),
+        QuantType::Q6K => quantize_blocks::<q6_k::BlockQ6K>(x),
     };
     debug_assert_eq!(bytes.len(), n_bytes);
     Ok(bytes)

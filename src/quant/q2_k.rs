@@ -2,41 +2,43 @@
 //! sub-block scales and mins, f16 super-scales. Follows llama.cpp's
 //! `dequantize_row_q2_K` / `quantize_row_q2_K_ref`.
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Zeroable;
 use half::f16;
 
-use super::kquant_search::{fp32_to_fp16, make_qkx2_quants, nearest_int};
+use super::block::{Block, block};
+use super::kquant_search::{Qkx2Search, fp32_to_fp16, max_or_zero, nearest_int, qkx2_sub_blocks};
 
 /// Weights per K-quant super-block.
 pub const QK_K: usize = 256;
 
-/// One GGUF Q2_K block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ2K {
-    /// Low nibble: sub-block scale; high nibble: sub-block min.
-    pub scales: [u8; QK_K / 16],
-    /// 2-bit quants, four per byte.
-    pub qs: [u8; QK_K / 4],
-    /// Super-block scale of the scales.
-    pub d: f16,
-    /// Super-block scale of the mins.
-    pub dmin: f16,
+block! {
+    /// One GGUF Q2_K block.
+    pub struct BlockQ2K (84 bytes) {
+        /// Low nibble: sub-block scale; high nibble: sub-block min.
+        pub scales: [u8; QK_K / 16],
+        /// 2-bit quants, four per byte.
+        pub qs: [u8; QK_K / 4],
+        /// Super-block scale of the scales.
+        pub d: f16,
+        /// Super-block scale of the mins.
+        pub dmin: f16,
+    }
 }
-const _: () = assert!(std::mem::size_of::<BlockQ2K>() == 84);
 
-/// Expands blocks to f32.
-pub fn dequantize_row_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
-        let min = b.dmin.to_f32();
+impl Block for BlockQ2K {
+    const QK: usize = QK_K;
+
+    /// Expands the block to f32.
+    fn dequantize(&self, y: &mut [f32]) {
+        let d = self.d.to_f32();
+        let min = self.dmin.to_f32();
         let mut yi = 0;
         let mut is = 0;
         for n in 0..2 {
-            let q = &b.qs[32 * n..32 * n + 32];
+            let q = &self.qs[32 * n..32 * n + 32];
             for shift in [0u32, 2, 4, 6] {
                 for half in 0..2 {
-                    let sc = b.scales[is];
+                    let sc = self.scales[is];
                     is += 1;
                     let dl = d * f32::from(sc & 0xF);
                     let ml = min * f32::from(sc >> 4);
@@ -49,46 +51,29 @@ pub fn dequantize_row_q2_k(blocks: &[BlockQ2K], out: &mut [f32]) {
             }
         }
     }
-}
 
-/// Quantizes `x` (a multiple of 256 long) into blocks, bit for bit as
-/// llama.cpp's `quantize_row_q2_K_ref` (what `llama-quantize` writes without
-/// an importance matrix).
-pub fn quantize_row_q2_k(x: &[f32], out: &mut [BlockQ2K]) {
-    // Sub-block scales and mins are stored as 4-bit multiples of the super-scales.
-    const Q4SCALE: f32 = 15.0;
-    for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let mut levels = [0u8; QK_K];
-        let mut scales = [0.0f32; QK_K / 16];
-        let mut mins = [0.0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut max_min = 0.0f32;
-        for j in 0..QK_K / 16 {
-            let xs = &xb[16 * j..16 * j + 16];
-            let mut weights = [0.0f32; 16];
-            for (w, &v) in weights.iter_mut().zip(xs) {
+    /// Quantizes 256 weights, bit for bit as llama.cpp's
+    /// `quantize_row_q2_K_ref` (what `llama-quantize` writes without an
+    /// importance matrix).
+    fn quantize(xb: &[f32]) -> Self {
+        // Sub-block scales and mins are stored as 4-bit multiples of the super-scales.
+        const Q4SCALE: f32 = 15.0;
+        const SEARCH: Qkx2Search = Qkx2Search {
+            nmax: 3,
+            rmin: -0.5,
+            rdelta: 0.1,
+            nstep: 15,
+            use_mad: true,
+        };
+        let (mut levels, scales, mins) = qkx2_sub_blocks::<{ QK_K / 16 }>(xb, &SEARCH, |xs, w| {
+            for (w, &v) in w.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            let (scale, min) = make_qkx2_quants(
-                3,
-                xs,
-                &weights,
-                &mut levels[16 * j..16 * j + 16],
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
-            scales[j] = scale;
-            mins[j] = min;
-            if scale > max_scale {
-                max_scale = scale;
-            }
-            if min > max_min {
-                max_min = min;
-            }
-        }
+        });
+        let max_scale = max_or_zero(&scales);
+        let max_min = max_or_zero(&mins);
 
+        let mut y = BlockQ2K::zeroed();
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
             for (s, &scale) in y.scales.iter_mut().zip(&scales) {
@@ -131,5 +116,6 @@ pub fn quantize_row_q2_k(x: &[f32], out: &mut [BlockQ2K]) {
                     | (levels[j + l + 96] << 6);
             }
         }
+        y
     }
 }

@@ -2,26 +2,28 @@
 //! bits plus a high-bit mask), 6-bit signed sub-block scales, an f16
 //! super-scale. Follows llama.cpp's `dequantize_row_q3_K` / `quantize_row_q3_K_ref`.
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Zeroable;
 use half::f16;
 
-use super::kquant_search::{fp32_to_fp16, make_q3_quants, nearest_int};
+use super::block::{Block, block};
+use super::kquant_search::{
+    fp32_to_fp16, make_q3_quants, max_by_magnitude, nearest_int, symmetric_sub_blocks,
+};
 use super::q2_k::QK_K;
 
-/// One GGUF Q3_K block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ3K {
-    /// High (third) bit of each quant.
-    pub hmask: [u8; QK_K / 8],
-    /// Low 2 bits of each quant.
-    pub qs: [u8; QK_K / 4],
-    /// 16 packed 6-bit scales.
-    pub scales: [u8; 12],
-    /// Super-block scale.
-    pub d: f16,
+block! {
+    /// One GGUF Q3_K block.
+    pub struct BlockQ3K (110 bytes) {
+        /// High (third) bit of each quant.
+        pub hmask: [u8; QK_K / 8],
+        /// Low 2 bits of each quant.
+        pub qs: [u8; QK_K / 4],
+        /// 16 packed 6-bit scales.
+        pub scales: [u8; 12],
+        /// Super-block scale.
+        pub d: f16,
+    }
 }
-const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);
 
 /// The 16 signed scales (before the -32 offset) packed in `scales`.
 pub fn unpack_q3_k_scales(scales: &[u8; 12]) -> [u8; 16] {
@@ -38,23 +40,25 @@ pub fn unpack_q3_k_scales(scales: &[u8; 12]) -> [u8; 16] {
     out
 }
 
-/// Expands blocks to f32.
-pub fn dequantize_row_q3_k(blocks: &[BlockQ3K], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
-        let d_all = b.d.to_f32();
-        let scales = unpack_q3_k_scales(&b.scales);
+impl Block for BlockQ3K {
+    const QK: usize = QK_K;
+
+    /// Expands the block to f32.
+    fn dequantize(&self, y: &mut [f32]) {
+        let d_all = self.d.to_f32();
+        let scales = unpack_q3_k_scales(&self.scales);
         let mut yi = 0;
         let mut is = 0;
         let mut m = 1u8;
         for n in 0..2 {
-            let q = &b.qs[32 * n..32 * n + 32];
+            let q = &self.qs[32 * n..32 * n + 32];
             for shift in [0u32, 2, 4, 6] {
                 for half in 0..2 {
                     let dl = d_all * (i32::from(scales[is]) - 32) as f32;
                     is += 1;
                     for l in 0..16 {
                         let low = i32::from((q[16 * half + l] >> shift) & 3);
-                        let high = if b.hmask[16 * half + l] & m != 0 {
+                        let high = if self.hmask[16 * half + l] & m != 0 {
                             0
                         } else {
                             4
@@ -67,30 +71,13 @@ pub fn dequantize_row_q3_k(blocks: &[BlockQ3K], out: &mut [f32]) {
             }
         }
     }
-}
 
-/// Quantizes `x` (a multiple of 256 long) into blocks, bit for bit as
-/// llama.cpp's `quantize_row_q3_K_ref`.
-pub fn quantize_row_q3_k(x: &[f32], out: &mut [BlockQ3K]) {
-    for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let mut levels = [0i8; QK_K];
-        let mut scales = [0.0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut amax = 0.0f32;
-        for j in 0..QK_K / 16 {
-            scales[j] = make_q3_quants(
-                4,
-                &xb[16 * j..16 * j + 16],
-                &mut levels[16 * j..16 * j + 16],
-                true,
-            );
-            let scale = scales[j].abs();
-            if scale > amax {
-                amax = scale;
-                max_scale = scales[j];
-            }
-        }
+    /// Quantizes 256 weights, bit for bit as llama.cpp's `quantize_row_q3_K_ref`.
+    fn quantize(xb: &[f32]) -> Self {
+        let (mut levels, scales) = symmetric_sub_blocks(xb, |x, l| make_q3_quants(4, x, l, true));
+        let (max_scale, _) = max_by_magnitude(&scales);
 
+        let mut y = BlockQ3K::zeroed();
         y.scales = [0; 12];
         if max_scale != 0.0 {
             // The scale of largest magnitude maps to -32, keeping its sign.
@@ -140,5 +127,6 @@ pub fn quantize_row_q3_k(x: &[f32], out: &mut [BlockQ3K]) {
                 y.qs[j / 4 + l] = q(0) | (q(32) << 2) | (q(64) << 4) | (q(96) << 6);
             }
         }
+        y
     }
 }

@@ -1,60 +1,78 @@
 //! Q4_0: 32 weights per block, 4-bit unsigned quants around 8, one f16 scale.
-//! Follows llama.cpp's `dequantize_row_q4_0` / `quantize_row_q4_0_ref`.
+//! Follows llama.cpp's `dequantize_row_q4_0` / `quantize_row_q4_0_ref`; the
+//! nibble layout and the symmetric levels here serve Q5_0 too.
 
-use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::block::{Block, block};
+use super::kquant_search::max_by_magnitude;
 use super::x86_cast::c_f32_to_i8;
 
 /// Weights per block.
 pub const QK4_0: usize = 32;
 
-/// One GGUF Q4_0 block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ4_0 {
-    /// Scale.
-    pub d: f16,
-    /// Low nibbles: weights 0..16; high nibbles: weights 16..32.
-    pub qs: [u8; QK4_0 / 2],
+block! {
+    /// One GGUF Q4_0 block.
+    pub struct BlockQ4_0 (18 bytes) {
+        /// Scale.
+        pub d: f16,
+        /// Low nibbles: weights 0..16; high nibbles: weights 16..32.
+        pub qs: [u8; QK4_0 / 2],
+    }
 }
-const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 
-/// Expands blocks to f32 (the reference every Q4_0 kernel is tested against).
-pub fn dequantize_row_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK4_0)) {
-        let d = b.d.to_f32();
-        for j in 0..QK4_0 / 2 {
-            let x0 = i32::from(b.qs[j] & 0x0F) - 8;
-            let x1 = i32::from(b.qs[j] >> 4) - 8;
-            y[j] = x0 as f32 * d;
-            y[j + QK4_0 / 2] = x1 as f32 * d;
+impl Block for BlockQ4_0 {
+    const QK: usize = QK4_0;
+
+    /// Expands the block to f32 (the reference every Q4_0 kernel is tested against).
+    fn dequantize(&self, y: &mut [f32]) {
+        let d = self.d.to_f32();
+        for (y, l) in y.iter_mut().zip(nibbles(&self.qs)) {
+            *y = (i32::from(l) - 8) as f32 * d;
+        }
+    }
+
+    /// Quantizes 32 weights, as llama.cpp's reference does.
+    fn quantize(xb: &[f32]) -> Self {
+        let (d, levels) = symmetric_levels(xb, 4);
+        BlockQ4_0 {
+            d: f16::from_f32(d),
+            qs: pack_nibbles(&levels),
         }
     }
 }
 
-/// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
-pub fn quantize_row_q4_0(x: &[f32], out: &mut [BlockQ4_0]) {
-    for (xb, b) in x.chunks_exact(QK4_0).zip(out.iter_mut()) {
-        // The value of largest magnitude maps to -8, keeping its sign.
-        let mut amax = 0.0f32;
-        let mut max = 0.0f32;
-        for &v in xb {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
+/// The 32 low nibbles of a legacy block's quants: those of `qs[j]` are
+/// weights `j` (low) and `j + 16` (high).
+pub(crate) fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|i| {
+        if i < 16 {
+            qs[i] & 0x0F
+        } else {
+            qs[i - 16] >> 4
         }
-        let d = max / -8.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = f16::from_f32(d);
-        for j in 0..QK4_0 / 2 {
-            let x0 = xb[j] * id;
-            let x1 = xb[QK4_0 / 2 + j] * id;
-            // C: `MIN(15, (int8_t)(x + 8.5f))` stored in a uint8_t.
-            let xi0 = 15.min(i32::from(c_f32_to_i8(x0 + 8.5))) as u8;
-            let xi1 = 15.min(i32::from(c_f32_to_i8(x1 + 8.5))) as u8;
-            b.qs[j] = xi0 | (xi1 << 4);
-        }
-    }
+    })
+}
+
+/// Packs 32 levels below 16 as [`nibbles`] reads them, as ggml does for Q4_0
+/// and Q4_1 (`qs[j] = l[j] | l[j + 16] << 4`, without masking).
+pub(crate) fn pack_nibbles(levels: &[u8; 32]) -> [u8; 16] {
+    std::array::from_fn(|j| levels[j] | (levels[j + 16] << 4))
+}
+
+/// The scale and the 32 levels of a symmetric legacy block of `bits` bits
+/// (Q4_0: 4, Q5_0: 5): the weight of largest magnitude maps to
+/// `-2^(bits-1)`, keeping its sign, and a level is C's
+/// `MIN(2^bits - 1, (int8_t)(x / d + 2^(bits-1) + 0.5f))` stored in a uint8_t.
+pub(crate) fn symmetric_levels(xb: &[f32], bits: u32) -> (f32, [u8; 32]) {
+    let half = (1 << (bits - 1)) as f32;
+    let top = (1 << bits) - 1;
+    let (max, _) = max_by_magnitude(xb);
+    let d = max / -half;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let levels = std::array::from_fn(|j| {
+        let x = xb[j] * id;
+        top.min(i32::from(c_f32_to_i8(x + (half + 0.5)))) as u8
+    });
+    (d, levels)
 }

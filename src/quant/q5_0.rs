@@ -1,69 +1,76 @@
 //! Q5_0: 32 weights per block, 5-bit quants around 16 (low nibbles plus a
-//! 32-bit mask of fifth bits), one f16 scale.
+//! 32-bit mask of fifth bits), one f16 scale: Q4_0's layout and levels with
+//! one more bit, whose plane here serves Q5_1 too.
 //! Follows llama.cpp's `dequantize_row_q5_0` / `quantize_row_q5_0_ref`.
 
-use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::x86_cast::c_f32_to_i8;
+use super::block::{Block, block};
+use super::q4_0::{nibbles, pack_nibbles, symmetric_levels};
 
 /// Weights per block.
 pub const QK5_0: usize = 32;
 
-/// One GGUF Q5_0 block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ5_0 {
-    /// Scale.
-    pub d: f16,
-    /// Fifth bit of each weight, little-endian u32.
-    pub qh: [u8; 4],
-    /// Low nibbles: weights 0..16; high nibbles: weights 16..32.
-    pub qs: [u8; QK5_0 / 2],
+block! {
+    /// The quants of a Q5_0 or Q5_1 block: 32 five-bit levels as a plane of
+    /// fifth bits and one of nibbles.
+    pub struct Quants5 (20 bytes) {
+        /// Fifth bit of each weight, little-endian u32.
+        pub qh: [u8; 4],
+        /// Low nibbles: weights 0..16; high nibbles: weights 16..32.
+        pub qs: [u8; QK5_0 / 2],
+    }
 }
-const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
 
-/// Expands blocks to f32.
-pub fn dequantize_row_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK5_0)) {
-        let d = b.d.to_f32();
-        let qh = u32::from_le_bytes(b.qh);
-        for j in 0..QK5_0 / 2 {
-            let xh0 = ((qh >> j) << 4) & 0x10;
-            let xh1 = (qh >> (j + 12)) & 0x10;
-            let x0 = ((u32::from(b.qs[j]) & 0x0F) | xh0) as i32 - 16;
-            let x1 = ((u32::from(b.qs[j]) >> 4) | xh1) as i32 - 16;
-            y[j] = x0 as f32 * d;
-            y[j + QK5_0 / 2] = x1 as f32 * d;
+block! {
+    /// One GGUF Q5_0 block.
+    pub struct BlockQ5_0 (22 bytes) {
+        /// Scale.
+        pub d: f16,
+        /// The quants.
+        pub quants: Quants5,
+    }
+}
+
+impl Quants5 {
+    /// The 32 levels: the nibbles, with bit `i` of `qh` as the fifth bit of
+    /// level `i`.
+    pub(crate) fn levels(&self) -> [u8; 32] {
+        let qh = u32::from_le_bytes(self.qh);
+        let low = nibbles(&self.qs);
+        std::array::from_fn(|i| low[i] | ((((qh >> i) & 1) as u8) << 4))
+    }
+
+    /// Packs 32 five-bit levels as [`Quants5::levels`] reads them.
+    pub(crate) fn pack(levels: &[u8; 32]) -> Self {
+        let qh = levels
+            .iter()
+            .enumerate()
+            .fold(0u32, |qh, (i, &l)| qh | (u32::from(l & 0x10) >> 4) << i);
+        Quants5 {
+            qh: qh.to_le_bytes(),
+            qs: pack_nibbles(&levels.map(|l| l & 0x0F)),
         }
     }
 }
 
-/// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
-pub fn quantize_row_q5_0(x: &[f32], out: &mut [BlockQ5_0]) {
-    for (xb, b) in x.chunks_exact(QK5_0).zip(out.iter_mut()) {
-        let mut amax = 0.0f32;
-        let mut max = 0.0f32;
-        for &v in xb {
-            if amax < v.abs() {
-                amax = v.abs();
-                max = v;
-            }
+impl Block for BlockQ5_0 {
+    const QK: usize = QK5_0;
+
+    /// Expands the block to f32.
+    fn dequantize(&self, y: &mut [f32]) {
+        let d = self.d.to_f32();
+        for (y, l) in y.iter_mut().zip(self.quants.levels()) {
+            *y = (i32::from(l) - 16) as f32 * d;
         }
-        let d = max / -16.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = f16::from_f32(d);
-        let mut qh = 0u32;
-        for j in 0..QK5_0 / 2 {
-            let x0 = xb[j] * id;
-            let x1 = xb[QK5_0 / 2 + j] * id;
-            // C: `MIN(31, (int8_t)(x + 16.5f))` stored in a uint8_t.
-            let xi0 = 31.min(i32::from(c_f32_to_i8(x0 + 16.5))) as u8;
-            let xi1 = 31.min(i32::from(c_f32_to_i8(x1 + 16.5))) as u8;
-            b.qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
-            qh |= (u32::from(xi0 & 0x10) >> 4) << j;
-            qh |= (u32::from(xi1 & 0x10) >> 4) << (j + QK5_0 / 2);
+    }
+
+    /// Quantizes 32 weights, as llama.cpp's reference does.
+    fn quantize(xb: &[f32]) -> Self {
+        let (d, levels) = symmetric_levels(xb, 5);
+        BlockQ5_0 {
+            d: f16::from_f32(d),
+            quants: Quants5::pack(&levels),
         }
-        b.qh = qh.to_le_bytes();
     }
 }

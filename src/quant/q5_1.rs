@@ -1,65 +1,48 @@
-//! Q5_1: 32 weights per block, 5-bit quants with an f16 scale and an f16 min.
+//! Q5_1: 32 weights per block, 5-bit quants with an f16 scale and an f16 min:
+//! Q4_1's levels with Q5_0's fifth bit.
 //! Follows llama.cpp's `dequantize_row_q5_1` / `quantize_row_q5_1_ref`.
 
-use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::block::{Block, block};
+use super::q4_1::asymmetric_levels;
+use super::q5_0::Quants5;
 use super::x86_cast::c_f32_to_u8;
 
 /// Weights per block.
 pub const QK5_1: usize = 32;
 
-/// One GGUF Q5_1 block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ5_1 {
-    /// Scale.
-    pub d: f16,
-    /// Minimum.
-    pub m: f16,
-    /// Fifth bit of each weight, little-endian u32.
-    pub qh: [u8; 4],
-    /// Low nibbles: weights 0..16; high nibbles: weights 16..32.
-    pub qs: [u8; QK5_1 / 2],
-}
-const _: () = assert!(std::mem::size_of::<BlockQ5_1>() == 24);
-
-/// Expands blocks to f32.
-pub fn dequantize_row_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK5_1)) {
-        let d = b.d.to_f32();
-        let m = b.m.to_f32();
-        let qh = u32::from_le_bytes(b.qh);
-        for j in 0..QK5_1 / 2 {
-            let xh0 = ((qh >> j) << 4) & 0x10;
-            let xh1 = (qh >> (j + 12)) & 0x10;
-            let x0 = (u32::from(b.qs[j]) & 0x0F) | xh0;
-            let x1 = (u32::from(b.qs[j]) >> 4) | xh1;
-            y[j] = x0 as f32 * d + m;
-            y[j + QK5_1 / 2] = x1 as f32 * d + m;
-        }
+block! {
+    /// One GGUF Q5_1 block.
+    pub struct BlockQ5_1 (24 bytes) {
+        /// Scale.
+        pub d: f16,
+        /// Minimum.
+        pub m: f16,
+        /// The quants, as in Q5_0.
+        pub quants: Quants5,
     }
 }
 
-/// Quantizes `x` (a multiple of 32 long) into blocks, as llama.cpp's reference does.
-pub fn quantize_row_q5_1(x: &[f32], out: &mut [BlockQ5_1]) {
-    for (xb, b) in x.chunks_exact(QK5_1).zip(out.iter_mut()) {
-        let (min, max) = super::q4_1::min_max(xb);
-        let d = (max - min) / 31.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = f16::from_f32(d);
-        b.m = f16::from_f32(min);
-        let mut qh = 0u32;
-        for j in 0..QK5_1 / 2 {
-            let x0 = (xb[j] - min) * id;
-            let x1 = (xb[QK5_1 / 2 + j] - min) * id;
-            // C: `(uint8_t)(x + 0.5f)`.
-            let xi0 = c_f32_to_u8(x0 + 0.5);
-            let xi1 = c_f32_to_u8(x1 + 0.5);
-            b.qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
-            qh |= (u32::from(xi0 & 0x10) >> 4) << j;
-            qh |= (u32::from(xi1 & 0x10) >> 4) << (j + QK5_1 / 2);
+impl Block for BlockQ5_1 {
+    const QK: usize = QK5_1;
+
+    /// Expands the block to f32.
+    fn dequantize(&self, y: &mut [f32]) {
+        let (d, m) = (self.d.to_f32(), self.m.to_f32());
+        for (y, l) in y.iter_mut().zip(self.quants.levels()) {
+            *y = f32::from(l) * d + m;
         }
-        b.qh = qh.to_le_bytes();
+    }
+
+    /// Quantizes 32 weights, as llama.cpp's reference does.
+    fn quantize(xb: &[f32]) -> Self {
+        // C: `(uint8_t)(x + 0.5f)`, without a clamp.
+        let (d, min, levels) = asymmetric_levels(xb, 31.0, c_f32_to_u8);
+        BlockQ5_1 {
+            d: f16::from_f32(d),
+            m: f16::from_f32(min),
+            quants: Quants5::pack(&levels),
+        }
     }
 }

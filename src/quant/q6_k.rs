@@ -2,35 +2,40 @@
 //! nibbles plus 2 high bits), signed 8-bit sub-block scales, an f16
 //! super-scale. Follows llama.cpp's `dequantize_row_q6_K` / `quantize_row_q6_K_ref`.
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Zeroable;
 use half::f16;
 
-use super::kquant_search::{GROUP_MAX_EPS, fp32_to_fp16, make_qx_quants, nearest_int};
+use super::block::{Block, block};
+use super::kquant_search::{
+    GROUP_MAX_EPS, fp32_to_fp16, make_qx_quants, max_by_magnitude, nearest_int,
+    symmetric_sub_blocks,
+};
 use super::q2_k::QK_K;
 
-/// One GGUF Q6_K block.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-pub struct BlockQ6K {
-    /// Low 4 bits of each quant.
-    pub ql: [u8; QK_K / 2],
-    /// High 2 bits of each quant.
-    pub qh: [u8; QK_K / 4],
-    /// Sub-block scales (i8 stored as u8).
-    pub scales: [u8; QK_K / 16],
-    /// Super-block scale.
-    pub d: f16,
+block! {
+    /// One GGUF Q6_K block.
+    pub struct BlockQ6K (210 bytes) {
+        /// Low 4 bits of each quant.
+        pub ql: [u8; QK_K / 2],
+        /// High 2 bits of each quant.
+        pub qh: [u8; QK_K / 4],
+        /// Sub-block scales (i8 stored as u8).
+        pub scales: [u8; QK_K / 16],
+        /// Super-block scale.
+        pub d: f16,
+    }
 }
-const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 
-/// Expands blocks to f32.
-pub fn dequantize_row_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
-    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
+impl Block for BlockQ6K {
+    const QK: usize = QK_K;
+
+    /// Expands the block to f32.
+    fn dequantize(&self, y: &mut [f32]) {
+        let d = self.d.to_f32();
         for n in 0..2 {
-            let ql = &b.ql[64 * n..64 * n + 64];
-            let qh = &b.qh[32 * n..32 * n + 32];
-            let sc = &b.scales[8 * n..8 * n + 8];
+            let ql = &self.ql[64 * n..64 * n + 64];
+            let qh = &self.qh[32 * n..32 * n + 32];
+            let sc = &self.scales[8 * n..8 * n + 8];
             let y = &mut y[128 * n..128 * n + 128];
             for l in 0..32 {
                 let is = l / 16;
@@ -46,36 +51,17 @@ pub fn dequantize_row_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
             }
         }
     }
-}
 
-/// Quantizes `x` (a multiple of 256 long) into blocks, bit for bit as
-/// llama.cpp's `quantize_row_q6_K_ref`.
-pub fn quantize_row_q6_k(x: &[f32], out: &mut [BlockQ6K]) {
-    for (xb, y) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let mut levels = [0i8; QK_K];
-        let mut scales = [0.0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut max_abs_scale = 0.0f32;
-        for ib in 0..QK_K / 16 {
-            let scale = make_qx_quants(
-                32,
-                &xb[16 * ib..16 * ib + 16],
-                &mut levels[16 * ib..16 * ib + 16],
-                1,
-                None,
-            );
-            scales[ib] = scale;
-            let abs_scale = scale.abs();
-            if abs_scale > max_abs_scale {
-                max_abs_scale = abs_scale;
-                max_scale = scale;
-            }
-        }
+    /// Quantizes 256 weights, bit for bit as llama.cpp's `quantize_row_q6_K_ref`.
+    fn quantize(xb: &[f32]) -> Self {
+        let (mut levels, scales) =
+            symmetric_sub_blocks(xb, |x, l| make_qx_quants(32, x, l, 1, None));
+        let (max_scale, max_abs_scale) = max_by_magnitude(&scales);
 
+        let mut y = BlockQ6K::zeroed();
         if max_abs_scale < GROUP_MAX_EPS {
-            *y = BlockQ6K::zeroed();
             y.d = fp32_to_fp16(0.0);
-            continue;
+            return y;
         }
 
         // The scale of largest magnitude maps to -128, keeping its sign.
@@ -110,5 +96,6 @@ pub fn quantize_row_q6_k(x: &[f32], out: &mut [BlockQ6K]) {
                     (q(0) >> 4) | ((q(32) >> 4) << 2) | ((q(64) >> 4) << 4) | ((q(96) >> 4) << 6);
             }
         }
+        y
     }
 }

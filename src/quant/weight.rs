@@ -7,8 +7,8 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::QuantType;
 use super::layout::{DeviceLayout, Plane, device_bytes};
-use super::types::QuantType;
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
 
@@ -20,6 +20,21 @@ pub struct WeightChunk {
     pub row_start: usize,
     /// Rows in the chunk.
     pub n_rows: usize,
+}
+
+/// A `[rows, cols]` tensor of `qtype` as its GGUF bytes: what an upload reads.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorBytes<'a> {
+    /// The tensor's name, for errors and the device buffer's label.
+    pub name: &'a str,
+    /// The storage type of `bytes`.
+    pub qtype: QuantType,
+    /// Rows (output features).
+    pub rows: usize,
+    /// Columns (input features), a multiple of the block size.
+    pub cols: usize,
+    /// The GGUF blocks of every row, row after row.
+    pub bytes: &'a [u8],
 }
 
 /// A `[rows, cols]` weight of any supported type, resident on the device.
@@ -79,8 +94,15 @@ impl QuantWeight {
         cols: usize,
         bytes: &[u8],
     ) -> Result<Self> {
-        let max = ctx.caps().max_binding_bytes(4) as usize;
-        Self::from_gguf_bytes_chunked(ctx, up, name, qtype, rows, cols, bytes, max)
+        let tensor = TensorBytes {
+            name,
+            qtype,
+            rows,
+            cols,
+            bytes,
+        };
+        // Chunks as large as the device's descriptor range (upload clamps to it).
+        Self::upload(ctx, up, tensor, usize::MAX, 1)
     }
 
     /// Like [`QuantWeight::from_gguf_bytes`] with chunks of at most
@@ -89,18 +111,13 @@ impl QuantWeight {
     ///
     /// # Errors
     /// As [`QuantWeight::from_gguf_bytes`].
-    #[allow(clippy::too_many_arguments)]
     pub fn from_gguf_bytes_chunked(
         ctx: &Arc<GpuContext>,
         up: &mut Uploader,
-        name: &str,
-        qtype: QuantType,
-        rows: usize,
-        cols: usize,
-        bytes: &[u8],
+        tensor: TensorBytes<'_>,
         max_chunk_bytes: usize,
     ) -> Result<Self> {
-        Self::upload(ctx, up, name, qtype, rows, cols, bytes, max_chunk_bytes, 1)
+        Self::upload(ctx, up, tensor, max_chunk_bytes, 1)
     }
 
     /// Like [`QuantWeight::from_gguf_bytes`] with every chunk's rows a
@@ -109,33 +126,29 @@ impl QuantWeight {
     ///
     /// # Errors
     /// As [`QuantWeight::from_gguf_bytes`].
-    #[allow(clippy::too_many_arguments)]
     pub fn from_gguf_bytes_grouped(
         ctx: &Arc<GpuContext>,
         up: &mut Uploader,
-        name: &str,
-        qtype: QuantType,
-        rows: usize,
-        cols: usize,
-        bytes: &[u8],
+        tensor: TensorBytes<'_>,
         row_multiple: usize,
     ) -> Result<Self> {
-        let max = ctx.caps().max_binding_bytes(4) as usize;
-        Self::upload(ctx, up, name, qtype, rows, cols, bytes, max, row_multiple)
+        Self::upload(ctx, up, tensor, usize::MAX, row_multiple)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn upload(
         ctx: &Arc<GpuContext>,
         up: &mut Uploader,
-        name: &str,
-        qtype: QuantType,
-        rows: usize,
-        cols: usize,
-        bytes: &[u8],
+        tensor: TensorBytes<'_>,
         max_chunk_bytes: usize,
         row_multiple: usize,
     ) -> Result<Self> {
+        let TensorBytes {
+            name,
+            qtype,
+            rows,
+            cols,
+            bytes,
+        } = tensor;
         let max_chunk_bytes = max_chunk_bytes.min(ctx.caps().max_binding_bytes(4) as usize);
         let row_bytes = qtype.row_bytes(cols).map_err(|_| ModelError::Shape {
             tensor: name.to_string(),

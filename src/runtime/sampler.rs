@@ -290,26 +290,19 @@ mod tests {
 
     #[test]
     fn sampler_min_p_and_top_p_cut_the_tail() {
-        // Token 0 dominates; min_p 0.5 keeps only it.
+        // Token 0 dominates; min_p 0.5 keeps only it, and so does top_p 0.5.
         let logits = [10.0, 0.0, 0.0, 0.0];
-        let mut s = Sampler::new(SamplerOptions {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.5,
-            ..Default::default()
-        })
-        .expect("valid");
-        assert!((0..50).all(|_| s.sample(&logits) == 0));
-        let mut s = Sampler::new(SamplerOptions {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.5,
-            min_p: 0.0,
-            ..Default::default()
-        })
-        .expect("valid");
-        assert!((0..50).all(|_| s.sample(&logits) == 0));
+        for (top_p, min_p) in [(1.0, 0.5), (0.5, 0.0)] {
+            let mut s = Sampler::new(SamplerOptions {
+                temperature: 1.0,
+                top_k: 0,
+                top_p,
+                min_p,
+                ..Default::default()
+            })
+            .expect("valid");
+            assert!((0..50).all(|_| s.sample(&logits) == 0));
+        }
     }
 
     #[test]
@@ -346,29 +339,16 @@ mod tests {
 
     #[test]
     fn sampler_rejects_invalid_options() {
-        let bad = [
-            SamplerOptions {
-                temperature: -1.0,
-                ..Default::default()
-            },
-            SamplerOptions {
-                top_p: 1.5,
-                ..Default::default()
-            },
-            SamplerOptions {
-                min_p: -0.1,
-                ..Default::default()
-            },
-            SamplerOptions {
-                repeat_penalty: 0.0,
-                ..Default::default()
-            },
-            SamplerOptions {
-                temperature: f32::NAN,
-                ..Default::default()
-            },
+        let bad: [fn(&mut SamplerOptions); 5] = [
+            |o| o.temperature = -1.0,
+            |o| o.top_p = 1.5,
+            |o| o.min_p = -0.1,
+            |o| o.repeat_penalty = 0.0,
+            |o| o.temperature = f32::NAN,
         ];
-        for o in bad {
+        for spoil in bad {
+            let mut o = SamplerOptions::default();
+            spoil(&mut o);
             assert!(Sampler::new(o.clone()).is_err(), "{o:?}");
         }
     }

@@ -3,15 +3,17 @@
 //!
 //! llama.cpp keys its merge table by string pairs. Here every string that
 //! takes part in a merge (both halves and their concatenation) is interned to
-//! a small id once, so a merge lookup is a hash of two integers and a symbol
-//! carries the id of its text. A queued pair is stale exactly when one of its
-//! symbols has grown or been absorbed since, which the byte lengths show
-//! (symbols only ever grow), the same test llama.cpp makes by comparing texts.
+//! a small id once, so a merge lookup is a hash of two integers and each
+//! symbol keeps the id of its text beside it. A queued pair is stale exactly
+//! when one of its symbols has grown or been absorbed since, which the byte
+//! lengths show (symbols only ever grow), the same test llama.cpp makes by
+//! comparing texts.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::hash::FxHashMap;
+use super::symbols::{Symbol, merge};
 use super::vocab::Vocab;
 use crate::error::{ModelError, Result};
 
@@ -88,15 +90,6 @@ fn pair_key(l: u32, r: u32) -> u64 {
     (u64::from(l) << 32) | u64::from(r)
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-    sym: Option<u32>,
-}
-
 /// Queued merge: ordered by rank, then by left position (smallest first).
 type Bigram = Reverse<(u32, usize, usize, usize, u32)>;
 
@@ -107,6 +100,8 @@ pub(crate) struct BpeSession<'a> {
     vocab: &'a Vocab,
     ignore_merges: bool,
     symbols: Vec<Symbol>,
+    /// The interned string of each symbol's text, if it takes part in a merge.
+    syms: Vec<Option<u32>>,
     queue: BinaryHeap<Bigram>,
     cache: FxHashMap<String, Vec<u32>>,
 }
@@ -119,6 +114,7 @@ impl<'a> BpeSession<'a> {
             vocab,
             ignore_merges,
             symbols: Vec::new(),
+            syms: Vec::new(),
             queue: BinaryHeap::new(),
             cache: FxHashMap::default(),
         }
@@ -138,7 +134,7 @@ impl<'a> BpeSession<'a> {
     }
 
     fn push(&mut self, l: usize, r: usize) {
-        let (Some(a), Some(b)) = (self.symbols[l].sym, self.symbols[r].sym) else {
+        let (Some(a), Some(b)) = (self.syms[l], self.syms[r]) else {
             return;
         };
         if let Some(&(rank, merged)) = self.ranks.merges.get(&pair_key(a, b)) {
@@ -159,43 +155,37 @@ impl<'a> BpeSession<'a> {
             return;
         }
         self.symbols.clear();
+        self.syms.clear();
         self.queue.clear();
         for (i, (start, c)) in word.char_indices().enumerate() {
             let len = c.len_utf8();
-            self.symbols.push(Symbol {
-                start,
-                len,
-                prev: i.checked_sub(1),
-                next: (start + len < word.len()).then_some(i + 1),
-                sym: ranks.sym_ids.get(&word[start..start + len]).copied(),
-            });
+            self.symbols.push(Symbol::new(i, start, len, word.len()));
+            self.syms
+                .push(ranks.sym_ids.get(&word[start..start + len]).copied());
         }
         for i in 1..self.symbols.len() {
             self.push(i - 1, i);
         }
         while let Some(Reverse((_, l, r, size, merged))) = self.queue.pop() {
-            let (left, right) = (self.symbols[l], self.symbols[r]);
-            if left.len == 0 || right.len == 0 || left.len + right.len != size {
+            let Some((prev, next)) = merge(&mut self.symbols, l, r, size) else {
                 continue;
-            }
-            let s = &mut self.symbols;
-            s[l].len += right.len;
-            s[l].sym = Some(merged);
-            s[l].next = right.next;
-            s[r].len = 0;
-            if let Some(n) = right.next {
-                s[n].prev = Some(l);
-            }
-            if let Some(p) = left.prev {
+            };
+            self.syms[l] = Some(merged);
+            if let Some(p) = prev {
                 self.push(p, l);
             }
-            if let Some(n) = right.next {
+            if let Some(n) = next {
                 self.push(l, n);
             }
         }
-        for s in self.symbols.iter().filter(|s| s.len > 0) {
+        for (s, &sym) in self
+            .symbols
+            .iter()
+            .zip(&self.syms)
+            .filter(|(s, _)| s.len > 0)
+        {
             let text = &word[s.start..s.start + s.len];
-            let token = match s.sym {
+            let token = match sym {
                 Some(sym) => ranks.sym_token[sym as usize],
                 None => vocab.id(text.as_bytes()),
             };

@@ -178,6 +178,32 @@ fn newline(opts: &JsonOpts, level: usize, out: &mut String) {
     }
 }
 
+/// Writes the entries of a map or list between its `brackets`, each by
+/// `write_item` on its own line one level deeper (when indenting), or just
+/// the brackets when there are none.
+fn write_json_items(
+    items: &[Value],
+    brackets: [char; 2],
+    opts: &JsonOpts,
+    level: usize,
+    out: &mut String,
+    mut write_item: impl FnMut(&Value, &mut String) -> Result<(), Error>,
+) -> Result<(), Error> {
+    out.push(brackets[0]);
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(&opts.item_sep);
+        }
+        newline(opts, level + 1, out);
+        write_item(item, out)?;
+    }
+    if !items.is_empty() {
+        newline(opts, level, out);
+    }
+    out.push(brackets[1]);
+    Ok(())
+}
+
 fn write_json(v: &Value, opts: &JsonOpts, level: usize, out: &mut String) -> Result<(), Error> {
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
@@ -204,39 +230,17 @@ fn write_json(v: &Value, opts: &JsonOpts, level: usize, out: &mut String) -> Res
             if opts.sort_keys {
                 keys.sort();
             }
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&opts.item_sep);
-                }
-                newline(opts, level + 1, out);
+            write_json_items(&keys, ['{', '}'], opts, level, out, |k, out| {
                 write_json_str(&k.to_string(), opts.ensure_ascii, out);
                 out.push_str(&opts.key_sep);
-                write_json(&v.get_item(k)?, opts, level + 1, out)?;
-            }
-            newline(opts, level, out);
-            out.push('}');
+                write_json(&v.get_item(k)?, opts, level + 1, out)
+            })?;
         }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(&opts.item_sep);
-                }
-                newline(opts, level + 1, out);
-                write_json(item, opts, level + 1, out)?;
-            }
-            newline(opts, level, out);
-            out.push(']');
+            write_json_items(&items, ['[', ']'], opts, level, out, |item, out| {
+                write_json(item, opts, level + 1, out)
+            })?;
         }
         _ => write_json_str(&v.to_string(), opts.ensure_ascii, out),
     }
@@ -334,6 +338,12 @@ fn strftime(fmt: &str, unix_secs: u64) -> String {
 mod tests {
     use super::*;
 
+    /// `template` rendered for one user message `content`.
+    fn render_user(template: &str, content: &str, add_generation_prompt: bool) -> String {
+        let msgs = [ChatMessage::new("user", content)];
+        apply_chat_template(template, &msgs, add_generation_prompt, "", "").expect("renders")
+    }
+
     #[test]
     fn strftime_formats_a_known_date() {
         // 2024-02-29 13:05:09 UTC, a Thursday.
@@ -344,8 +354,7 @@ mod tests {
 
     #[test]
     fn chatml_fallback_renders() {
-        let msgs = [ChatMessage::new("user", "Hi")];
-        let out = apply_chat_template(CHATML_TEMPLATE, &msgs, true, "", "").expect("renders");
+        let out = render_user(CHATML_TEMPLATE, "Hi", true);
         assert_eq!(
             out,
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
@@ -368,8 +377,7 @@ mod tests {
     #[test]
     fn python_methods_and_tojson_work() {
         let t = "{{ messages[0].content.strip().upper() }}|{{ messages[0] | tojson }}";
-        let msgs = [ChatMessage::new("user", "  hé \"x\"\n ")];
-        let out = apply_chat_template(t, &msgs, false, "", "").expect("renders");
+        let out = render_user(t, "  hé \"x\"\n ", false);
         assert_eq!(
             out,
             "HÉ \"X\"|{\"role\": \"user\", \"content\": \"  hé \\\"x\\\"\\n \"}"

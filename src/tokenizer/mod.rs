@@ -23,6 +23,7 @@ mod pretype;
 mod special;
 mod spm;
 mod stream;
+mod symbols;
 mod unicode;
 mod vocab;
 
@@ -119,21 +120,12 @@ impl TokenizerSpec {
             .map(<[u8]>::to_vec)
             .collect();
         let id = |k: &str| g.get_u32(&format!("tokenizer.ggml.{k}"));
+        let mut ids = SpecialIds::default();
+        for (key, slot) in SpecialIds::KEYS {
+            *slot(&mut ids) = id(key)?;
+        }
         let keys = SpecialKeys {
-            bos: id("bos_token_id")?,
-            eos: id("eos_token_id")?,
-            eot: id("eot_token_id")?,
-            eom: id("eom_token_id")?,
-            unk: id("unknown_token_id")?,
-            sep: id("seperator_token_id")?,
-            pad: id("padding_token_id")?,
-            mask: id("mask_token_id")?,
-            fim_pre: id("fim_pre_token_id")?,
-            fim_suf: id("fim_suf_token_id")?,
-            fim_mid: id("fim_mid_token_id")?,
-            fim_pad: id("fim_pad_token_id")?,
-            fim_rep: id("fim_rep_token_id")?,
-            fim_sep: id("fim_sep_token_id")?,
+            ids,
             prefix: id("prefix_token_id")?,
             suffix: id("suffix_token_id")?,
             middle: id("middle_token_id")?,

@@ -359,6 +359,36 @@ impl Seg<'_> {
         }
         (n, last_rn)
     }
+    /// The end of the contraction (`'s 't 'm 'd 're 've 'll`, its letters
+    /// compared after `fold`) that starts at `pos`, if one does.
+    fn contraction_end(&self, pos: usize, fold: impl Fn(char) -> char) -> Option<usize> {
+        if self.cpts[pos] != '\'' || pos + 1 >= self.end {
+            return None;
+        }
+        let n = fold(self.cpts[pos + 1]);
+        if matches!(n, 's' | 't' | 'm' | 'd') {
+            return Some(pos + 2);
+        }
+        if pos + 2 < self.end {
+            let nn = fold(self.cpts[pos + 2]);
+            if matches!((n, nn), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
+                return Some(pos + 3);
+            }
+        }
+        None
+    }
+    /// Where the word at `pos` ends when it starts with `nws` whitespace code
+    /// points: `\s+(?!\S)` (all but the last, when text follows), `\s+`, or
+    /// else a lone code point.
+    fn whitespace_end(&self, pos: usize, nws: usize) -> usize {
+        if nws > 1 && self.cpt(pos + nws).is_some() {
+            pos + nws - 1
+        } else if nws > 0 {
+            pos + nws
+        } else {
+            pos + 1
+        }
+    }
 }
 
 fn for_each_segment(
@@ -392,46 +422,21 @@ fn split_gpt2(cpts: &[char], flags: &[CptFlags], offsets: &[usize]) -> Vec<usize
         while pos < s.end {
             let c = cpts[pos];
             let f = flags[pos];
-            if c == '\'' && pos + 1 < s.end {
-                let n = cpts[pos + 1];
-                if matches!(n, 's' | 't' | 'm' | 'd') {
-                    pos += s.add(pos + 2);
-                    continue;
-                }
-                if pos + 2 < s.end {
-                    let nn = cpts[pos + 2];
-                    if matches!((n, nn), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
-                        pos += s.add(pos + 3);
-                        continue;
-                    }
-                }
-            }
-            let space = usize::from(c == ' ');
-            let mut f2 = if c == ' ' { s.fl(pos + 1) } else { f };
-            if f2.is_letter() {
-                pos += space;
-                while f2.is_letter() {
-                    pos += 1;
-                    f2 = s.fl(pos);
-                }
-                s.add(pos);
+            if let Some(end) = s.contraction_end(pos, |c| c) {
+                pos += s.add(end);
                 continue;
             }
-            if f2.is_number() {
-                pos += space;
-                while f2.is_number() {
-                    pos += 1;
-                    f2 = s.fl(pos);
-                }
-                s.add(pos);
-                continue;
-            }
+            // ` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+`: the first class the code
+            // point after an optional space is in, as long as it lasts.
             let other = |f: CptFlags| {
                 !(f.is_whitespace() || f.is_letter() || f.is_number() || f.is_empty())
             };
-            if other(f2) {
-                pos += space;
-                while other(f2) {
+            let classes: [fn(CptFlags) -> bool; 3] =
+                [CptFlags::is_letter, CptFlags::is_number, other];
+            let mut f2 = if c == ' ' { s.fl(pos + 1) } else { f };
+            if let Some(class) = classes.into_iter().find(|class| class(f2)) {
+                pos += usize::from(c == ' ');
+                while class(f2) {
                     pos += 1;
                     f2 = s.fl(pos);
                 }
@@ -439,17 +444,7 @@ fn split_gpt2(cpts: &[char], flags: &[CptFlags], offsets: &[usize]) -> Vec<usize
                 continue;
             }
             let (nws, _) = s.whitespace_run(pos);
-            if nws > 1 && s.cpt(pos + nws).is_some() {
-                pos += nws - 1;
-                s.add(pos);
-                continue;
-            }
-            if nws > 0 {
-                pos += nws;
-                s.add(pos);
-                continue;
-            }
-            pos += 1;
+            pos = s.whitespace_end(pos, nws);
             s.add(pos);
         }
     })
@@ -470,19 +465,9 @@ fn split_llama3(
         while pos < s.end {
             let c = cpts[pos];
             let f = flags[pos];
-            if c == '\'' && pos + 1 < s.end {
-                let n = unicode::to_lower_ascii(cpts[pos + 1]);
-                if matches!(n, 's' | 't' | 'm' | 'd') {
-                    pos += s.add(pos + 2);
-                    continue;
-                }
-                if pos + 2 < s.end {
-                    let nn = unicode::to_lower_ascii(cpts[pos + 2]);
-                    if matches!((n, nn), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
-                        pos += s.add(pos + 3);
-                        continue;
-                    }
-                }
+            if let Some(end) = s.contraction_end(pos, unicode::to_lower_ascii) {
+                pos += s.add(end);
+                continue;
             }
             // [^\r\n\p{L}\p{N}]?\p{L}+
             if !(c == '\r' || c == '\n' || f.is_number()) && (wordish(f) || wordish(s.fl(pos + 1)))
@@ -523,25 +508,12 @@ fn split_llama3(
                 continue;
             }
             let (nws, last_rn) = s.whitespace_run(pos);
-            // \s*[\r\n]+
-            if last_rn > 0 {
-                pos = last_rn;
-                s.add(pos);
-                continue;
-            }
-            // \s+(?!\S)
-            if nws > 1 && s.cpt(pos + nws).is_some() {
-                pos += nws - 1;
-                s.add(pos);
-                continue;
-            }
-            // \s+
-            if nws > 0 {
-                pos += nws;
-                s.add(pos);
-                continue;
-            }
-            pos += 1;
+            // \s*[\r\n]+, else \s+(?!\S), \s+ or one code point
+            pos = if last_rn > 0 {
+                last_rn
+            } else {
+                s.whitespace_end(pos, nws)
+            };
             s.add(pos);
         }
     })

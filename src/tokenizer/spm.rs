@@ -7,17 +7,10 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::symbols::{Symbol, merge};
 use super::unicode::utf8_len;
 use super::vocab::Vocab;
 use crate::error::Result;
-
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
 
 /// A candidate merge: the best score first, then the leftmost.
 struct Bigram {
@@ -55,13 +48,7 @@ pub(crate) fn tokenize(text: &[u8], vocab: &Vocab, out: &mut Vec<u32>) -> Result
     let mut offs = 0;
     while offs < text.len() {
         let len = utf8_len(text[offs]).min(text.len() - offs);
-        let i = symbols.len();
-        symbols.push(Symbol {
-            start: offs,
-            len,
-            prev: i.checked_sub(1),
-            next: (offs + len < text.len()).then_some(i + 1),
-        });
+        symbols.push(Symbol::new(symbols.len(), offs, len, text.len()));
         offs += len;
     }
     if symbols.is_empty() {
@@ -85,20 +72,13 @@ pub(crate) fn tokenize(text: &[u8], vocab: &Vocab, out: &mut Vec<u32>) -> Result
         try_add(&mut queue, &symbols, i - 1, i);
     }
     while let Some(b) = queue.pop() {
-        let (left, right) = (symbols[b.left], symbols[b.right]);
-        if left.len == 0 || right.len == 0 || left.len + right.len != b.size {
+        let Some((prev, next)) = merge(&mut symbols, b.left, b.right, b.size) else {
             continue;
-        }
-        symbols[b.left].len += right.len;
-        symbols[b.right].len = 0;
-        symbols[b.left].next = right.next;
-        if let Some(n) = right.next {
-            symbols[n].prev = Some(b.left);
-        }
-        if let Some(p) = left.prev {
+        };
+        if let Some(p) = prev {
             try_add(&mut queue, &symbols, p, b.left);
         }
-        if let Some(n) = right.next {
+        if let Some(n) = next {
             try_add(&mut queue, &symbols, b.left, n);
         }
     }

@@ -56,23 +56,34 @@ pub(crate) struct SpecialIds {
     pub(crate) fim_sep: Option<u32>,
 }
 
+/// One id of [`SpecialIds`], as a field accessor.
+pub(crate) type Slot = fn(&mut SpecialIds) -> &mut Option<u32>;
+
+impl SpecialIds {
+    /// Every id with its GGUF key (`tokenizer.ggml.<key>`), in llama.cpp's order.
+    pub(crate) const KEYS: [(&'static str, Slot); 14] = [
+        ("bos_token_id", |s| &mut s.bos),
+        ("eos_token_id", |s| &mut s.eos),
+        ("eot_token_id", |s| &mut s.eot),
+        ("eom_token_id", |s| &mut s.eom),
+        ("unknown_token_id", |s| &mut s.unk),
+        ("seperator_token_id", |s| &mut s.sep),
+        ("padding_token_id", |s| &mut s.pad),
+        ("mask_token_id", |s| &mut s.mask),
+        ("fim_pre_token_id", |s| &mut s.fim_pre),
+        ("fim_suf_token_id", |s| &mut s.fim_suf),
+        ("fim_mid_token_id", |s| &mut s.fim_mid),
+        ("fim_pad_token_id", |s| &mut s.fim_pad),
+        ("fim_rep_token_id", |s| &mut s.fim_rep),
+        ("fim_sep_token_id", |s| &mut s.fim_sep),
+    ];
+}
+
 /// Special-token ids as the GGUF keys give them (`None`: key absent).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SpecialKeys {
-    pub(crate) bos: Option<u32>,
-    pub(crate) eos: Option<u32>,
-    pub(crate) eot: Option<u32>,
-    pub(crate) eom: Option<u32>,
-    pub(crate) unk: Option<u32>,
-    pub(crate) sep: Option<u32>,
-    pub(crate) pad: Option<u32>,
-    pub(crate) mask: Option<u32>,
-    pub(crate) fim_pre: Option<u32>,
-    pub(crate) fim_suf: Option<u32>,
-    pub(crate) fim_mid: Option<u32>,
-    pub(crate) fim_pad: Option<u32>,
-    pub(crate) fim_rep: Option<u32>,
-    pub(crate) fim_sep: Option<u32>,
+    /// The keys of [`SpecialIds::KEYS`].
+    pub(crate) ids: SpecialIds,
     /// Deprecated spellings of the FIM keys, applied after the new ones.
     pub(crate) prefix: Option<u32>,
     pub(crate) suffix: Option<u32>,
@@ -345,22 +356,10 @@ impl Vocab {
                 _ => default,
             }
         };
-        let mut ids = SpecialIds {
-            bos: pick(defaults.bos, keys.bos),
-            eos: pick(defaults.eos, keys.eos),
-            eot: pick(defaults.eot, keys.eot),
-            eom: pick(defaults.eom, keys.eom),
-            unk: pick(defaults.unk, keys.unk),
-            sep: pick(defaults.sep, keys.sep),
-            pad: pick(defaults.pad, keys.pad),
-            mask: pick(defaults.mask, keys.mask),
-            fim_pre: pick(defaults.fim_pre, keys.fim_pre),
-            fim_suf: pick(defaults.fim_suf, keys.fim_suf),
-            fim_mid: pick(defaults.fim_mid, keys.fim_mid),
-            fim_pad: pick(defaults.fim_pad, keys.fim_pad),
-            fim_rep: pick(defaults.fim_rep, keys.fim_rep),
-            fim_sep: pick(defaults.fim_sep, keys.fim_sep),
-        };
+        let (mut ids, mut from_keys) = (defaults, keys.ids);
+        for (_, slot) in SpecialIds::KEYS {
+            *slot(&mut ids) = pick(*slot(&mut ids), *slot(&mut from_keys));
+        }
         ids.fim_pre = pick(ids.fim_pre, keys.prefix);
         ids.fim_suf = pick(ids.fim_suf, keys.suffix);
         ids.fim_mid = pick(ids.fim_mid, keys.middle);
@@ -371,7 +370,6 @@ impl Vocab {
     /// and makes sure each is a control token. llama.cpp walks a hash map
     /// here; combs walks ids in order, so the lowest matching id wins.
     fn detect_special_by_text(&mut self) {
-        type Slot = fn(&mut SpecialIds) -> &mut Option<u32>;
         let slots: [(Slot, &[&str]); 8] = [
             (|s| &mut s.eot, EOT_TEXTS),
             (|s| &mut s.eom, EOM_TEXTS),

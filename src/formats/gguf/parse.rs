@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use super::value::{MetaArray, MetaValue, ValueType};
 use super::{DEFAULT_ALIGNMENT, TensorInfo};
 use crate::error::{ModelError, Result};
-use crate::quant::QuantType;
-use crate::quant::types::{ggml_block_geometry, ggml_type_name};
+use crate::formats::ggml_type::{QuantType, ggml_block_geometry, ggml_type_name};
 
 /// `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;
@@ -90,6 +89,18 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, min_size: usize, what: &dyn std::fmt::Display) -> Result<usize> {
         let at = self.pos();
         let n = self.u64(what)?;
+        self.fitting(n, min_size, at, &format_args!("{what}: count"))
+    }
+
+    /// `n` (read at `at`, named `label` in the error) as a count of items each
+    /// at least `min_size` bytes long that can fit in the rest of the file.
+    fn fitting(
+        &self,
+        n: u64,
+        min_size: usize,
+        at: u64,
+        label: &dyn std::fmt::Display,
+    ) -> Result<usize> {
         let fits = usize::try_from(n)
             .ok()
             .and_then(|n| n.checked_mul(min_size))
@@ -98,7 +109,7 @@ impl<'a> Cursor<'a> {
             return Err(ModelError::gguf(
                 at,
                 format!(
-                    "{what}: count {n} cannot fit in the {} bytes left in the file",
+                    "{label} {n} cannot fit in the {} bytes left in the file",
                     self.remaining()
                 ),
             ));
@@ -310,34 +321,8 @@ pub(super) fn parse(buf: &[u8]) -> Result<Header> {
     let n_tensors = c.u64(&"the tensor count")?;
     let n_kv = c.u64(&"the metadata count")?;
     // The kv pairs come first, so the tensor infos must fit after them too.
-    let kv_fits = usize::try_from(n_kv)
-        .ok()
-        .and_then(|n| n.checked_mul(MIN_KV))
-        .is_some_and(|b| b <= c.remaining());
-    if !kv_fits {
-        return Err(ModelError::gguf(
-            16,
-            format!(
-                "metadata count {n_kv} cannot fit in the {} bytes left in the file",
-                c.remaining()
-            ),
-        ));
-    }
-    let tensors_fit = usize::try_from(n_tensors)
-        .ok()
-        .and_then(|n| n.checked_mul(MIN_TENSOR_INFO))
-        .is_some_and(|b| b <= c.remaining());
-    if !tensors_fit {
-        return Err(ModelError::gguf(
-            n_tensors_at,
-            format!(
-                "tensor count {n_tensors} cannot fit in the {} bytes left in the file",
-                c.remaining()
-            ),
-        ));
-    }
-    // Both checks above prove the counts fit in usize and are bounded by the file size.
-    let (n_kv, n_tensors) = (n_kv as usize, n_tensors as usize);
+    let n_kv = c.fitting(n_kv, MIN_KV, 16, &"metadata count")?;
+    let n_tensors = c.fitting(n_tensors, MIN_TENSOR_INFO, n_tensors_at, &"tensor count")?;
 
     let mut metadata = Vec::with_capacity(n_kv.min(PREALLOC_CAP));
     let mut meta_index = HashMap::with_capacity(n_kv.min(PREALLOC_CAP));
@@ -514,7 +499,7 @@ impl RawInfo {
                 ))
             })?;
         Ok(TensorInfo {
-            qtype: QuantType::from_ggml(ggml_type),
+            qtype: QuantType::from_id(ggml_type),
             name,
             dims,
             ggml_type,

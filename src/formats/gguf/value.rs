@@ -11,65 +11,41 @@
 //! kept whole as [`MetaArray::StrBytes`]. [`MetaValue::as_bytes`] and
 //! [`MetaArray::str_bytes`] read both forms.
 
-/// A GGUF metadata value type id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum ValueType {
-    /// `GGUF_TYPE_UINT8`.
-    U8 = 0,
-    /// `GGUF_TYPE_INT8`.
-    I8 = 1,
-    /// `GGUF_TYPE_UINT16`.
-    U16 = 2,
-    /// `GGUF_TYPE_INT16`.
-    I16 = 3,
-    /// `GGUF_TYPE_UINT32`.
-    U32 = 4,
-    /// `GGUF_TYPE_INT32`.
-    I32 = 5,
-    /// `GGUF_TYPE_FLOAT32`.
-    F32 = 6,
-    /// `GGUF_TYPE_BOOL` (one byte, 0 or 1).
-    Bool = 7,
-    /// `GGUF_TYPE_STRING` (u64 length, then the bytes).
-    Str = 8,
-    /// `GGUF_TYPE_ARRAY` (element type, u64 count, then the elements).
-    Array = 9,
-    /// `GGUF_TYPE_UINT64`.
-    U64 = 10,
-    /// `GGUF_TYPE_INT64`.
-    I64 = 11,
-    /// `GGUF_TYPE_FLOAT64`.
-    F64 = 12,
+use crate::formats::id_enum::id_enum;
+
+id_enum! {
+    /// A GGUF metadata value type id.
+    pub enum ValueType {
+        /// `GGUF_TYPE_UINT8`.
+        U8 = 0,
+        /// `GGUF_TYPE_INT8`.
+        I8 = 1,
+        /// `GGUF_TYPE_UINT16`.
+        U16 = 2,
+        /// `GGUF_TYPE_INT16`.
+        I16 = 3,
+        /// `GGUF_TYPE_UINT32`.
+        U32 = 4,
+        /// `GGUF_TYPE_INT32`.
+        I32 = 5,
+        /// `GGUF_TYPE_FLOAT32`.
+        F32 = 6,
+        /// `GGUF_TYPE_BOOL` (one byte, 0 or 1).
+        Bool = 7,
+        /// `GGUF_TYPE_STRING` (u64 length, then the bytes).
+        Str = 8,
+        /// `GGUF_TYPE_ARRAY` (element type, u64 count, then the elements).
+        Array = 9,
+        /// `GGUF_TYPE_UINT64`.
+        U64 = 10,
+        /// `GGUF_TYPE_INT64`.
+        I64 = 11,
+        /// `GGUF_TYPE_FLOAT64`.
+        F64 = 12,
+    }
 }
 
 impl ValueType {
-    /// The type for a GGUF id, `None` for ids the spec does not define.
-    pub fn from_id(id: u32) -> Option<Self> {
-        use ValueType::*;
-        Some(match id {
-            0 => U8,
-            1 => I8,
-            2 => U16,
-            3 => I16,
-            4 => U32,
-            5 => I32,
-            6 => F32,
-            7 => Bool,
-            8 => Str,
-            9 => Array,
-            10 => U64,
-            11 => I64,
-            12 => F64,
-            _ => return None,
-        })
-    }
-
-    /// The GGUF id.
-    pub fn id(self) -> u32 {
-        self as u32
-    }
-
     /// Short lower-case name (`u32`, `f32`, `str`, `array`), as `combs info` prints it.
     pub fn name(self) -> &'static str {
         use ValueType::*;

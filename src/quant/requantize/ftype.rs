@@ -8,47 +8,49 @@
 //! quantizer for those types) and Q2_K_S (it needs an importance matrix).
 
 use crate::error::{ModelError, Result};
+use crate::formats::id_enum::id_enum;
 use crate::quant::QuantType;
 
-/// A file-level quantization target; the discriminant is the `llama_ftype`
-/// value written to `general.file_type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum FileType {
-    /// Every weight matrix in f32 (`LLAMA_FTYPE_ALL_F32`).
-    F32 = 0,
-    /// Weight matrices in f16.
-    F16 = 1,
-    /// Weight matrices in Q4_0.
-    Q4_0 = 2,
-    /// Weight matrices in Q4_1.
-    Q4_1 = 3,
-    /// Weight matrices in Q8_0.
-    Q8_0 = 7,
-    /// Weight matrices in Q5_0.
-    Q5_0 = 8,
-    /// Weight matrices in Q5_1.
-    Q5_1 = 9,
-    /// Q2_K mix ("Q2_K - Medium").
-    Q2K = 10,
-    /// Q3_K small mix.
-    Q3KS = 11,
-    /// Q3_K medium mix.
-    Q3KM = 12,
-    /// Q3_K large mix.
-    Q3KL = 13,
-    /// Q4_K small mix.
-    Q4KS = 14,
-    /// Q4_K medium mix.
-    Q4KM = 15,
-    /// Q5_K small mix.
-    Q5KS = 16,
-    /// Q5_K medium mix.
-    Q5KM = 17,
-    /// Weight matrices in Q6_K.
-    Q6K = 18,
-    /// Weight matrices in bfloat16.
-    BF16 = 32,
+id_enum! {
+    /// A file-level quantization target; the discriminant is the `llama_ftype`
+    /// value written to `general.file_type`. Declared in `llama-quantize`'s
+    /// order of its list of types.
+    pub enum FileType {
+        /// Weight matrices in Q4_0.
+        Q4_0 = 2,
+        /// Weight matrices in Q4_1.
+        Q4_1 = 3,
+        /// Weight matrices in Q5_0.
+        Q5_0 = 8,
+        /// Weight matrices in Q5_1.
+        Q5_1 = 9,
+        /// Q2_K mix ("Q2_K - Medium").
+        Q2K = 10,
+        /// Q3_K small mix.
+        Q3KS = 11,
+        /// Q3_K medium mix.
+        Q3KM = 12,
+        /// Q3_K large mix.
+        Q3KL = 13,
+        /// Q4_K small mix.
+        Q4KS = 14,
+        /// Q4_K medium mix.
+        Q4KM = 15,
+        /// Q5_K small mix.
+        Q5KS = 16,
+        /// Q5_K medium mix.
+        Q5KM = 17,
+        /// Weight matrices in Q6_K.
+        Q6K = 18,
+        /// Weight matrices in Q8_0.
+        Q8_0 = 7,
+        /// Weight matrices in f16.
+        F16 = 1,
+        /// Weight matrices in bfloat16.
+        BF16 = 32,
+        /// Every weight matrix in f32 (`LLAMA_FTYPE_ALL_F32`).
+        F32 = 0,
+    }
 }
 
 /// Names as `llama-quantize` spells them, including its aliases, in its order.
@@ -76,27 +78,6 @@ const NAMES: [(&str, FileType); 20] = [
 ];
 
 impl FileType {
-    /// Every supported target.
-    pub const ALL: [FileType; 17] = [
-        FileType::Q4_0,
-        FileType::Q4_1,
-        FileType::Q5_0,
-        FileType::Q5_1,
-        FileType::Q2K,
-        FileType::Q3KS,
-        FileType::Q3KM,
-        FileType::Q3KL,
-        FileType::Q4KS,
-        FileType::Q4KM,
-        FileType::Q5KS,
-        FileType::Q5KM,
-        FileType::Q6K,
-        FileType::Q8_0,
-        FileType::F16,
-        FileType::BF16,
-        FileType::F32,
-    ];
-
     /// Parses a name as `llama-quantize` does: case-insensitive (`q4_k_m`,
     /// `Q4_K`), or the numeric `llama_ftype` value (`15`).
     ///
@@ -119,16 +100,6 @@ impl FileType {
                 names.join(", ")
             ),
         ))
-    }
-
-    /// The target for a `llama_ftype` value, if combs can produce it.
-    pub fn from_id(id: u32) -> Option<Self> {
-        Self::ALL.iter().copied().find(|t| t.id() == id)
-    }
-
-    /// The `llama_ftype` value, as written to `general.file_type`.
-    pub fn id(self) -> u32 {
-        self as u32
     }
 
     /// The canonical `llama-quantize` name (`Q4_K_M`).

@@ -28,9 +28,9 @@ pub use ftype::FileType;
 pub use policy::{TensorPlan, plan};
 
 use crate::error::{ModelError, Result};
+use crate::formats::ggml_type::ggml_type_name;
 use crate::formats::gguf::GgufFile;
 use crate::formats::gguf_writer::GgufWriter;
-use crate::quant::types::ggml_type_name;
 use crate::quant::{DeviceLayout, QuantType, dequantize, quantize};
 
 /// `GGML_QNT_VERSION`, written to `general.quantization_version`.
@@ -145,8 +145,8 @@ fn convert(p: &TensorPlan, src: &[u8], offset: u64, threads: usize) -> Result<Ve
         tensor: p.name.clone(),
         ggml_type: ggml_type_name(id),
     };
-    let from = QuantType::from_ggml(p.from).ok_or_else(|| unsupported(p.from))?;
-    let to = QuantType::from_ggml(p.to).ok_or_else(|| unsupported(p.to))?;
+    let from = QuantType::from_id(p.from).ok_or_else(|| unsupported(p.from))?;
+    let to = QuantType::from_id(p.to).ok_or_else(|| unsupported(p.to))?;
     let too_big = || ModelError::invalid("tensor", format!("`{}` is too large", p.name));
     let n_per_row = usize::try_from(p.dims.first().copied().unwrap_or(1)).map_err(|_| too_big())?;
     let n = usize::try_from(p.n_elements).map_err(|_| too_big())?;

@@ -64,30 +64,27 @@ enum Category {
 
 impl Category {
     fn of(name: &str) -> Self {
+        // Tested in this order, as llama.cpp does: the first fragment found wins.
+        const BY_FRAGMENT: [(&str, Category); 9] = [
+            ("attn_qkv.weight", Category::AttentionQkv),
+            ("attn_kv_b.weight", Category::AttentionKvB),
+            ("attn_v.weight", Category::AttentionV),
+            ("attn_k.weight", Category::AttentionK),
+            ("attn_q.weight", Category::AttentionQ),
+            ("attn_output.weight", Category::AttentionOutput),
+            ("ffn_up", Category::FfnUp),
+            ("ffn_gate", Category::FfnGate),
+            ("ffn_down", Category::FfnDown),
+        ];
         if name == "output.weight" {
             Category::Output
         } else if name == "token_embd.weight" || name == "per_layer_token_embd.weight" {
             Category::TokenEmbd
-        } else if name.contains("attn_qkv.weight") {
-            Category::AttentionQkv
-        } else if name.contains("attn_kv_b.weight") {
-            Category::AttentionKvB
-        } else if name.contains("attn_v.weight") {
-            Category::AttentionV
-        } else if name.contains("attn_k.weight") {
-            Category::AttentionK
-        } else if name.contains("attn_q.weight") {
-            Category::AttentionQ
-        } else if name.contains("attn_output.weight") {
-            Category::AttentionOutput
-        } else if name.contains("ffn_up") {
-            Category::FfnUp
-        } else if name.contains("ffn_gate") {
-            Category::FfnGate
-        } else if name.contains("ffn_down") {
-            Category::FfnDown
         } else {
-            Category::Other
+            BY_FRAGMENT
+                .iter()
+                .find(|(fragment, _)| name.contains(fragment))
+                .map_or(Category::Other, |&(_, c)| c)
         }
     }
 

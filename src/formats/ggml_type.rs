@@ -1,63 +1,44 @@
 //! `QuantType`: the GGML tensor types combs can hold, with their GGUF ids,
-//! block sizes and byte sizes (ggml.c's `type_traits` table).
+//! block sizes and byte sizes (ggml.c's `type_traits` table), and the names
+//! and block geometry of the GGML types it only lists. A fact of the file
+//! format, so it lives here; the `quant` module re-exports it.
 
+use super::id_enum::id_enum;
 use crate::error::{ModelError, Result};
 
-/// A weight storage format. The discriminant is the GGUF/GGML type id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum QuantType {
-    /// 32-bit float.
-    F32 = 0,
-    /// IEEE half.
-    F16 = 1,
-    /// 4-bit, 32 per block, scale.
-    Q4_0 = 2,
-    /// 4-bit, 32 per block, scale and min.
-    Q4_1 = 3,
-    /// 5-bit, 32 per block, scale.
-    Q5_0 = 6,
-    /// 5-bit, 32 per block, scale and min.
-    Q5_1 = 7,
-    /// 8-bit, 32 per block, scale.
-    Q8_0 = 8,
-    /// 2-bit K-quant, 256 per block.
-    Q2K = 10,
-    /// 3-bit K-quant, 256 per block.
-    Q3K = 11,
-    /// 4-bit K-quant, 256 per block.
-    Q4K = 12,
-    /// 5-bit K-quant, 256 per block.
-    Q5K = 13,
-    /// 6-bit K-quant, 256 per block.
-    Q6K = 14,
-    /// bfloat16.
-    BF16 = 30,
+id_enum! {
+    /// A weight storage format. The discriminant is the GGUF/GGML type id.
+    pub enum QuantType {
+        /// 32-bit float.
+        F32 = 0,
+        /// IEEE half.
+        F16 = 1,
+        /// bfloat16.
+        BF16 = 30,
+        /// 4-bit, 32 per block, scale.
+        Q4_0 = 2,
+        /// 4-bit, 32 per block, scale and min.
+        Q4_1 = 3,
+        /// 5-bit, 32 per block, scale.
+        Q5_0 = 6,
+        /// 5-bit, 32 per block, scale and min.
+        Q5_1 = 7,
+        /// 8-bit, 32 per block, scale.
+        Q8_0 = 8,
+        /// 2-bit K-quant, 256 per block.
+        Q2K = 10,
+        /// 3-bit K-quant, 256 per block.
+        Q3K = 11,
+        /// 4-bit K-quant, 256 per block.
+        Q4K = 12,
+        /// 5-bit K-quant, 256 per block.
+        Q5K = 13,
+        /// 6-bit K-quant, 256 per block.
+        Q6K = 14,
+    }
 }
 
 impl QuantType {
-    /// Every supported type.
-    pub const ALL: [QuantType; 13] = [
-        QuantType::F32,
-        QuantType::F16,
-        QuantType::BF16,
-        QuantType::Q4_0,
-        QuantType::Q4_1,
-        QuantType::Q5_0,
-        QuantType::Q5_1,
-        QuantType::Q8_0,
-        QuantType::Q2K,
-        QuantType::Q3K,
-        QuantType::Q4K,
-        QuantType::Q5K,
-        QuantType::Q6K,
-    ];
-
-    /// The type for a GGML type id, if combs supports it.
-    pub fn from_ggml(id: u32) -> Option<Self> {
-        Self::ALL.iter().copied().find(|t| *t as u32 == id)
-    }
-
     /// The type for a name as llama.cpp and the CLI spell it (`q4_k`, `Q4_K`, `f16`, ...).
     pub fn from_name(name: &str) -> Option<Self> {
         let lower = name.to_ascii_lowercase();
@@ -148,7 +129,7 @@ impl std::fmt::Display for QuantType {
 
 /// The name of a GGML type id, including types combs does not support (for `combs info`).
 pub fn ggml_type_name(id: u32) -> String {
-    if let Some(t) = QuantType::from_ggml(id) {
+    if let Some(t) = QuantType::from_id(id) {
         return t.to_string();
     }
     let name = match id {
@@ -179,7 +160,7 @@ pub fn ggml_type_name(id: u32) -> String {
 /// (block size, block bytes) of GGML types combs does not compute with but must
 /// still size correctly when reading a file's tensor table; `None` for unknown ids.
 pub fn ggml_block_geometry(id: u32) -> Option<(usize, usize)> {
-    if let Some(t) = QuantType::from_ggml(id) {
+    if let Some(t) = QuantType::from_id(id) {
         return Some((t.block_size(), t.block_bytes()));
     }
     Some(match id {
