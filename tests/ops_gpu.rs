@@ -1977,3 +1977,37 @@ fn skinny_norm_between_products_matches_ref() {
         assert!(r.is_err(), "{what} taken");
     }
 }
+
+/// The final logit soft-cap on the device, in place on strided rows (the
+/// gap between rows left alone), against the f64 reference.
+#[test]
+fn softcap_matches_ref() {
+    use combs::ops::softcap::{record_softcap, softcap_ref};
+    let ctx = gpu();
+    let mut rng = Rng::fresh("softcap");
+    let (rows, cols, ld) = (3, 1000, 1003);
+    let x = rng.normals(rows * ld, 40.0);
+    let xb = readback(&ctx, rows * ld);
+    xb.write_slice(0, &x).expect("init");
+    run(&ctx, |rec| {
+        let m = Mat::new(&xb, rows, cols).with_ld(ld);
+        record_softcap(rec, m, 30.0).expect("record");
+    });
+    let got = read(&xb, rows * ld);
+    for r in 0..rows {
+        let (row, want) = (&got[r * ld..r * ld + cols], &x[r * ld..r * ld + cols]);
+        let want: Vec<f32> = want.iter().map(|&v| softcap_ref(v, 30.0)).collect();
+        let e = rel_err(row, &want);
+        assert!(e < 1e-6, "softcap row {r}: {e}");
+        assert_eq!(
+            &got[r * ld + cols..(r + 1) * ld],
+            &x[r * ld + cols..(r + 1) * ld]
+        );
+    }
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    let m = Mat::new(&xb, rows, cols);
+    assert!(
+        record_softcap(&mut rec, m, 0.0).is_err(),
+        "a zero cap taken"
+    );
+}

@@ -128,10 +128,7 @@ impl GgufFile {
             // mmap of an empty file fails on some platforms; the parser reports it as too short.
             Backing::Owned(Vec::new())
         } else {
-            // SAFETY: the map is read-only and private to this struct; the
-            // documented contract is that the file is not modified while open.
-            // All reads go through slices bounds-checked against its length.
-            Backing::Mapped(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+            Backing::Mapped(crate::gpu::mapped::map_file(&file).map_err(io)?)
         };
         Self::from_backing(backing)
     }

@@ -13,74 +13,13 @@ use std::sync::Arc;
 
 use ash::vk;
 
+use super::binding::{Access, Binding, groups_1d};
 use super::buffer::Buffer;
 use super::context::GpuContext;
 use super::kernels::Kernel;
 use super::pipeline::{Pipeline, get_pipeline};
+use super::wait::{WaitMode, wait_and_reset, wait_mode};
 use crate::error::{ModelError, Result};
-
-/// How a dispatch uses a bound buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Only read.
-    Read,
-    /// Written (and possibly read).
-    Write,
-}
-
-/// A buffer range bound to one descriptor of a dispatch.
-#[derive(Clone)]
-pub struct Binding<'a> {
-    /// The buffer.
-    pub buffer: &'a Arc<Buffer>,
-    /// Start of the range in bytes (a multiple of `minStorageBufferOffsetAlignment`).
-    pub offset: u64,
-    /// Length in bytes; `None` for the rest of the buffer.
-    pub size: Option<u64>,
-    /// Read or write.
-    pub access: Access,
-}
-
-impl<'a> Binding<'a> {
-    /// The whole buffer, read only.
-    pub fn read(buffer: &'a Arc<Buffer>) -> Self {
-        Binding {
-            buffer,
-            offset: 0,
-            size: None,
-            access: Access::Read,
-        }
-    }
-
-    /// The whole buffer, written.
-    pub fn write(buffer: &'a Arc<Buffer>) -> Self {
-        Binding {
-            buffer,
-            offset: 0,
-            size: None,
-            access: Access::Write,
-        }
-    }
-
-    /// A sub-range of this binding's buffer.
-    pub fn range(mut self, offset: u64, size: u64) -> Self {
-        self.offset = offset;
-        self.size = Some(size);
-        self
-    }
-}
-
-/// Workgroup counts for `n` groups, folded into y when x would pass the device limit.
-/// Kernels recover the linear id as `gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x`
-/// and must ignore ids `>= n`.
-pub fn groups_1d(ctx: &GpuContext, n: u32) -> [u32; 3] {
-    let max_x = ctx.caps().max_workgroup_count[0].clamp(1, 65535);
-    if n <= max_x {
-        [n.max(1), 1, 1]
-    } else {
-        [max_x, n.div_ceil(max_x), 1]
-    }
-}
 
 /// Invocations per workgroup of elementwise kernels.
 pub const ELEMENTWISE_WG: u32 = 256;
@@ -716,68 +655,6 @@ impl Drop for Recording {
             dev.destroy_command_pool(self.pool, None);
         }
     }
-}
-
-/// How the host waits for a submitted command buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WaitMode {
-    /// Sleep in `vkWaitForFences` until the driver wakes the thread.
-    Block,
-    /// Poll the fence, yielding the core between polls, for up to
-    /// [`POLL_LIMIT`]; then block. A decode step lasts milliseconds, and
-    /// the wake-up after a blocking wait can add tens of microseconds.
-    Poll,
-}
-
-/// Longest a [`WaitMode::Poll`] wait polls before it blocks.
-pub const POLL_LIMIT: std::time::Duration = std::time::Duration::from_millis(50);
-
-// Polling by default: on the H200 a submission's round trip took 20 µs
-// polling against 44 µs blocking (`combs kernel-bench --sync`), which was
-// 10% of SmolLM2's decode step (tg128 745 against 644 tok/s).
-static WAIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// The way [`Recording::submit_and_wait`] waits (process-wide).
-pub fn wait_mode() -> WaitMode {
-    if WAIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
-        WaitMode::Poll
-    } else {
-        WaitMode::Block
-    }
-}
-
-/// Sets the way [`Recording::submit_and_wait`] waits, for every recording of the process.
-pub fn set_wait_mode(mode: WaitMode) {
-    WAIT_MODE.store(mode == WaitMode::Poll, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn wait_fence(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> ash::prelude::VkResult<()> {
-    if mode == WaitMode::Poll {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < POLL_LIMIT {
-            // SAFETY: the fence belongs to this device.
-            match unsafe { dev.get_fence_status(fence) } {
-                Ok(true) => return Ok(()),
-                Ok(false) => std::thread::yield_now(),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    // SAFETY: the fence belongs to this device.
-    unsafe { dev.wait_for_fences(&[fence], true, u64::MAX) }
-}
-
-/// Waits for `fence` as `mode` says, then resets it even when the wait
-/// failed.
-///
-/// # Errors
-/// The wait or the reset failed (a lost device).
-pub(crate) fn wait_and_reset(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> Result<()> {
-    let waited = wait_fence(dev, fence, mode);
-    // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
-    let reset = unsafe { dev.reset_fences(&[fence]) };
-    waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
-    reset.map_err(|r| ModelError::vk("vkResetFences", r))
 }
 
 /// Records a global memory barrier: the accesses `src.1` of stages `src.0`

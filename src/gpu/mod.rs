@@ -2,21 +2,24 @@
 //! replayable command recordings, staging transfers and timestamps. All
 //! `unsafe` Vulkan calls of the crate live here.
 
+pub mod binding;
 pub mod buffer;
 pub mod caps;
 pub mod command;
 pub mod context;
 pub mod kernels;
 pub mod lent;
+pub mod mapped;
 pub mod pipeline;
 pub mod transfer;
+pub mod wait;
 
+pub use binding::{Access, Binding, groups_1d};
 pub use buffer::{Buffer, MemoryKind};
 pub use caps::{DeviceCaps, DeviceClass};
-pub use command::{
-    Access, Binding, POLL_LIMIT, Recording, WaitMode, groups_1d, run_once, set_wait_mode, wait_mode,
-};
+pub use command::{ELEMENTWISE_WG, Recording, run_once};
 pub use context::{DeviceInfo, GpuContext, list_devices};
 pub use kernels::Kernel;
 pub use lent::{HostRows, LentBuffer};
 pub use transfer::{Uploader, download_vec, upload_new};
+pub use wait::{POLL_LIMIT, WaitMode, set_wait_mode, wait_mode};

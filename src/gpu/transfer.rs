@@ -7,8 +7,9 @@ use std::sync::Arc;
 use ash::vk;
 
 use super::buffer::{Buffer, MemoryKind};
-use super::command::{WaitMode, memory_barrier, wait_and_reset};
+use super::command::memory_barrier;
 use super::context::GpuContext;
+use super::wait::{WaitMode, wait_and_reset};
 use crate::error::{ModelError, Result};
 
 const DEFAULT_HALF: u64 = 16 << 20;

@@ -30,7 +30,37 @@ pub enum GluInput<'a> {
     Interleaved(Mat<'a>),
 }
 
-/// `out = act(gate) * up` for every token.
+/// `out = act(gate) * up` for every token. Gate, up and output are f32:
+///
+/// ```
+/// # use combs::ops::glu::{Activation, GluCall, GluInput};
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let gate = Mat::new(b, 4, 64);
+/// let up = Mat::new(b, 4, 64);
+/// let call = GluCall {
+///     act: Activation::Silu,
+///     input: GluInput::Separate { gate, up },
+///     out: up,
+/// };
+/// # }
+/// ```
+///
+/// f16 activations cannot be handed to it:
+///
+/// ```compile_fail
+/// # use combs::ops::glu::{Activation, GluCall, GluInput};
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let gate = Mat::<half::f16>::new(b, 4, 64);
+/// let up = Mat::new(b, 4, 64);
+/// let call = GluCall {
+///     act: Activation::Silu,
+///     input: GluInput::Separate { gate, up }, // a Mat<f16> where Mat<f32> goes
+///     out: up,
+/// };
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct GluCall<'a> {
     /// The gate's activation.

@@ -53,7 +53,26 @@ impl<'a> NormWeight<'a> {
     }
 }
 
-/// Where a norm's result goes.
+/// Where a norm's result goes. Only a stored result may be f16:
+///
+/// ```
+/// # use combs::ops::rms_norm::NormOut;
+/// # use combs::ops::{AnyMat, Mat};
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let out = NormOut::Store(AnyMat::F16(Mat::<half::f16>::new(b, 4, 64)));
+/// let added = NormOut::Add(Mat::new(b, 4, 64));
+/// # }
+/// ```
+///
+/// A result added into its output is added into f32 rows:
+///
+/// ```compile_fail
+/// # use combs::ops::rms_norm::NormOut;
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let out = NormOut::Add(Mat::<half::f16>::new(b, 4, 64)); // f16 rows to add into
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum NormOut<'a> {
     /// Written (rounded once to nearest where the view is f16).

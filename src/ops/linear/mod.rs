@@ -111,7 +111,31 @@ impl<'a> FoldedRope<'a> {
     }
 }
 
-/// What a product reads.
+/// What a product reads. A norm is folded into f32 input only:
+///
+/// ```
+/// # use combs::ops::linear::{Input, SquareSums};
+/// # use combs::ops::rms_norm::{NormFlavor, NormWeight};
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let norm = NormWeight { weight: b, flavor: NormFlavor::Plain, eps: 1e-5 };
+/// let squares = SquareSums { buf: b, offset: 0, groups: 4 };
+/// let x = Mat::new(b, 16, 64);
+/// let input = Input::NormedBySquares { x, norm, squares };
+/// # }
+/// ```
+///
+/// ```compile_fail
+/// # use combs::ops::linear::{Input, SquareSums};
+/// # use combs::ops::rms_norm::{NormFlavor, NormWeight};
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let norm = NormWeight { weight: b, flavor: NormFlavor::Plain, eps: 1e-5 };
+/// let squares = SquareSums { buf: b, offset: 0, groups: 4 };
+/// let x = Mat::<half::f16>::new(b, 16, 64);
+/// let input = Input::NormedBySquares { x, norm, squares }; // the norm of f16 input
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum Input<'a> {
     /// f32 activations.
@@ -154,7 +178,28 @@ impl<'a> Input<'a> {
     }
 }
 
-/// Where a product's result goes.
+/// Where a product's result goes. What a kernel cannot do is not a value
+/// of it: an f16 result is only the gated one, a gated or roped result is
+/// stored (never added), and only a plain accumulation writes sums of
+/// squares:
+///
+/// ```
+/// # use combs::ops::linear::Output;
+/// # use combs::ops::glu::Activation;
+/// # use combs::ops::{AnyMat, Mat};
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let out = AnyMat::F16(Mat::<half::f16>::new(b, 4, 64));
+/// let gated = Output::Gated { out, act: Activation::Silu };
+/// # }
+/// ```
+///
+/// ```compile_fail
+/// # use combs::ops::linear::Output;
+/// # use combs::ops::Mat;
+/// # fn f(b: &std::sync::Arc<combs::gpu::Buffer>) {
+/// let out = Output::Store(Mat::<half::f16>::new(b, 4, 64)); // f16 without a gate
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum Output<'a> {
     /// `out = W x (+ bias)`.
