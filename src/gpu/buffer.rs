@@ -225,6 +225,19 @@ impl Buffer {
             .map_err(|e| ModelError::Internal(format!("host view at {offset}: {e}")))
     }
 
+    /// The start of the mapping, for host steps (`gpu::host`).
+    pub(super) fn host_ptr(&self) -> Result<*mut u8> {
+        self.mapped_ptr().ok_or_else(|| {
+            ModelError::Internal("host access to a buffer the host cannot see".to_string())
+        })
+    }
+
+    /// An identity of the buffer for borrow tracking.
+    pub(super) fn raw_id(&self) -> usize {
+        use ash::vk::Handle;
+        self.raw.as_raw() as usize
+    }
+
     fn checked_map(&self, offset: u64, len: u64) -> Result<*mut u8> {
         let end = offset.checked_add(len);
         if end.is_none_or(|e| e > self.size) {

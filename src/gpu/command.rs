@@ -16,6 +16,7 @@ use ash::vk;
 use super::binding::{Access, Binding, groups_1d};
 use super::buffer::Buffer;
 use super::context::GpuContext;
+use super::host::{HostMem, HostStep};
 use super::kernels::Kernel;
 use super::pipeline::{Pipeline, get_pipeline};
 use super::wait::{WaitMode, wait_and_reset, wait_mode};
@@ -32,7 +33,14 @@ const MAX_TIMESTAMPS: u32 = 2048;
 pub struct Recording {
     ctx: Arc<GpuContext>,
     pool: vk::CommandPool,
+    /// The command buffer being recorded.
     cmd: vk::CommandBuffer,
+    /// Whether `cmd` holds commands (a host step then ends it).
+    dirty: bool,
+    /// What a submission runs, in order.
+    steps: Vec<Step>,
+    /// Host time per step label of the last submission (with timestamps).
+    host_times: Vec<(&'static str, f64)>,
     fence: vk::Fence,
     descriptor_pools: Vec<vk::DescriptorPool>,
     sets_in_current_pool: u32,
@@ -49,6 +57,15 @@ pub struct Recording {
     finished: bool,
     n_dispatches: usize,
     n_barriers: usize,
+    n_host_steps: usize,
+}
+
+/// One piece of what a submission runs.
+enum Step {
+    /// A command buffer: submitted, then waited for.
+    Commands(vk::CommandBuffer),
+    /// Work on the host.
+    Host(HostStep),
 }
 
 // SAFETY: the handles are owned by this value; Vulkan allows using them from any
@@ -84,6 +101,9 @@ impl Recording {
             ctx: ctx.clone(),
             pool,
             cmd: vk::CommandBuffer::null(),
+            dirty: false,
+            steps: Vec::new(),
+            host_times: Vec::new(),
             fence: vk::Fence::null(),
             descriptor_pools: Vec::new(),
             sets_in_current_pool: SETS_PER_POOL,
@@ -99,14 +119,8 @@ impl Recording {
             finished: false,
             n_dispatches: 0,
             n_barriers: 0,
+            n_host_steps: 0,
         };
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: pool is valid.
-        rec.cmd = unsafe { dev.allocate_command_buffers(&alloc) }
-            .map_err(|r| ModelError::vk("vkAllocateCommandBuffers", r))?[0];
         // SAFETY: valid device.
         rec.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(|r| ModelError::vk("vkCreateFence", r))?;
@@ -120,15 +134,75 @@ impl Recording {
                     .map_err(|r| ModelError::vk("vkCreateQueryPool", r))?,
             );
         }
-        let begin = vk::CommandBufferBeginInfo::default();
-        // SAFETY: cmd is freshly allocated and not in use.
-        unsafe { dev.begin_command_buffer(rec.cmd, &begin) }
-            .map_err(|r| ModelError::vk("vkBeginCommandBuffer", r))?;
+        rec.begin_commands()?;
         if let Some(q) = rec.query_pool {
             // SAFETY: recording state; the pool is ours.
             unsafe { dev.cmd_reset_query_pool(rec.cmd, q, 0, MAX_TIMESTAMPS) };
+            rec.dirty = true;
         }
         Ok(rec)
+    }
+
+    /// Allocates and begins the next command buffer.
+    fn begin_commands(&mut self) -> Result<()> {
+        let dev = self.ctx.device();
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool is ours.
+        self.cmd = unsafe { dev.allocate_command_buffers(&alloc) }
+            .map_err(|r| ModelError::vk("vkAllocateCommandBuffers", r))?[0];
+        // SAFETY: cmd is freshly allocated and not in use.
+        unsafe { dev.begin_command_buffer(self.cmd, &vk::CommandBufferBeginInfo::default()) }
+            .map_err(|r| ModelError::vk("vkBeginCommandBuffer", r))?;
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Ends the command buffer being recorded (GPU writes visible to the
+    /// host after it) and queues it as the next step, if it holds commands.
+    fn end_commands(&mut self) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let dev = self.ctx.device();
+        // SAFETY: recording state.
+        unsafe {
+            memory_barrier(
+                dev,
+                self.cmd,
+                (
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                    vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+                ),
+                (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
+            );
+            dev.end_command_buffer(self.cmd)
+        }
+        .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
+        self.steps.push(Step::Commands(self.cmd));
+        self.written.clear();
+        self.read.clear();
+        self.stages_since_barrier = vk::PipelineStageFlags::empty();
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Records `step` to run on the host, after everything recorded before
+    /// it and before everything after.
+    ///
+    /// # Errors
+    /// A finished recording, or a failing Vulkan call.
+    pub fn host(&mut self, step: HostStep) -> Result<()> {
+        self.check_open()?;
+        if self.dirty {
+            self.end_commands()?;
+            self.begin_commands()?;
+        }
+        self.steps.push(Step::Host(step));
+        self.n_host_steps += 1;
+        Ok(())
     }
 
     /// The context this recording belongs to.
@@ -163,6 +237,7 @@ impl Recording {
     /// so the GPU waits for no transfer work), its destination everything
     /// later, since hazard tracking starts afresh after it.
     fn barrier_since(&mut self) {
+        self.dirty = true;
         let mut src = self.stages_since_barrier;
         if src.is_empty() {
             src = vk::PipelineStageFlags::COMPUTE_SHADER;
@@ -333,6 +408,7 @@ impl Recording {
         bindings: &[Binding<'_>],
         push: &[u8],
     ) -> Result<Arc<Pipeline>> {
+        self.dirty = true;
         self.check_open()?;
         if push.len() > 128 || !push.len().is_multiple_of(4) {
             return Err(ModelError::Internal(format!(
@@ -454,6 +530,7 @@ impl Recording {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
+        self.dirty = true;
         self.check_open()?;
         let ok = src_offset + size <= src.size() && dst_offset + size <= dst.size();
         if !ok || size == 0 {
@@ -482,6 +559,7 @@ impl Recording {
     /// # Errors
     /// A range outside the buffer or not a multiple of 4.
     pub fn fill(&mut self, dst: &Arc<Buffer>, offset: u64, size: u64, value: u32) -> Result<()> {
+        self.dirty = true;
         self.check_open()?;
         if !offset.is_multiple_of(4) || !size.is_multiple_of(4) || offset + size > dst.size() {
             return Err(ModelError::Internal("fill outside a buffer".into()));
@@ -522,6 +600,13 @@ impl Recording {
                 None => sums.push((w[1].0.clone(), dt)),
             }
         }
+        for &(label, ns) in &self.host_times {
+            let label = format!("{label} (host)");
+            match sums.iter_mut().find(|(l, _)| *l == label) {
+                Some(e) => e.1 += ns,
+                None => sums.push((label, ns)),
+            }
+        }
         sums.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(sums)
     }
@@ -532,6 +617,7 @@ impl Recording {
         if self.finished || self.labels.len() as u32 >= MAX_TIMESTAMPS {
             return;
         }
+        self.dirty = true;
         // SAFETY: recording state; query index within the pool.
         unsafe {
             self.ctx.device().cmd_write_timestamp(
@@ -550,21 +636,7 @@ impl Recording {
     /// A failing Vulkan call.
     pub fn finish(&mut self) -> Result<()> {
         self.check_open()?;
-        let dev = self.ctx.device();
-        // SAFETY: recording state.
-        unsafe {
-            memory_barrier(
-                dev,
-                self.cmd,
-                (
-                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                    vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
-                ),
-                (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
-            );
-            dev.end_command_buffer(self.cmd)
-        }
-        .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
+        self.end_commands()?;
         self.finished = true;
         Ok(())
     }
@@ -580,17 +652,33 @@ impl Recording {
     /// [`Recording::submit_and_wait`] with an explicit way of waiting.
     ///
     /// # Errors
-    /// As [`Recording::submit_and_wait`].
+    /// As [`Recording::submit_and_wait`], and whatever a host step returns.
     pub fn submit_and_wait_with(&mut self, mode: WaitMode) -> Result<()> {
         if !self.finished {
             return Err(ModelError::Internal(
                 "submitting an unfinished recording".into(),
             ));
         }
-        // SAFETY: cmd is executable (finished), the fence unsignaled, and
-        // everything the recording uses is kept alive by it.
-        unsafe { self.ctx.submit(self.cmd, self.fence) }?;
-        wait_and_reset(self.ctx.device(), self.fence, mode)
+        self.host_times.clear();
+        for step in &self.steps {
+            match step {
+                Step::Commands(cmd) => {
+                    // SAFETY: cmd is executable (ended), the fence unsignaled,
+                    // and everything the recording uses is kept alive by it.
+                    unsafe { self.ctx.submit(*cmd, self.fence) }?;
+                    wait_and_reset(self.ctx.device(), self.fence, mode)?;
+                }
+                Step::Host(h) => {
+                    let t0 = self.profile.then(std::time::Instant::now);
+                    (h.run)(&HostMem::default())?;
+                    if let Some(t0) = t0 {
+                        self.host_times
+                            .push((h.label, t0.elapsed().as_secs_f64() * 1e9));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Labels and GPU times in nanoseconds, measured from the first timestamp,
@@ -634,6 +722,11 @@ impl Recording {
     /// Barriers recorded so far.
     pub fn n_barriers(&self) -> usize {
         self.n_barriers
+    }
+
+    /// Host steps recorded so far.
+    pub fn n_host_steps(&self) -> usize {
+        self.n_host_steps
     }
 }
 

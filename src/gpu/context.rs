@@ -326,23 +326,45 @@ fn rank(t: vk::PhysicalDeviceType) -> u32 {
     }
 }
 
-/// The device index to use: `requested` if given, else `COMBS_DEVICE`, else none (auto).
+/// The device index to use: `requested` if given, else `COMBS_DEVICE` (an
+/// index, or `cpu` for the first usable CPU device), else none (auto).
 ///
 /// # Errors
-/// `COMBS_DEVICE` is set but is not a non-negative integer.
+/// `COMBS_DEVICE` is set but is neither an index nor `cpu`, or names `cpu`
+/// where there is no CPU device.
 pub fn requested_device(requested: Option<usize>) -> Result<Option<usize>> {
     if requested.is_some() {
         return Ok(requested);
     }
     match std::env::var("COMBS_DEVICE") {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse::<usize>().map(Some).map_err(|_| {
-            ModelError::invalid(
-                "COMBS_DEVICE",
-                format!("`{v}` is not a device index (see `combs info --devices`)"),
-            )
-        }),
+        Ok(v) if !v.trim().is_empty() => parse_device(v.trim()).map(Some),
         _ => Ok(None),
     }
+}
+
+/// A device as a user names it: its index, or `cpu` for the first usable
+/// CPU device (lavapipe), on which combs runs its native kernels.
+///
+/// # Errors
+/// Neither an index nor `cpu`, or no CPU device.
+pub fn parse_device(name: &str) -> Result<usize> {
+    if name.eq_ignore_ascii_case("cpu") {
+        return list_devices()?
+            .into_iter()
+            .find(|d| d.caps.class() == super::DeviceClass::Cpu && d.unusable.is_none())
+            .map(|d| d.index)
+            .ok_or_else(|| {
+                ModelError::NoDevice(
+                    "no CPU Vulkan device: install Mesa's lavapipe (mesa-vulkan-drivers)".into(),
+                )
+            });
+    }
+    name.parse::<usize>().map_err(|_| {
+        ModelError::invalid(
+            "device",
+            format!("`{name}` is neither a device index nor `cpu` (see `combs info --devices`)"),
+        )
+    })
 }
 
 impl GpuContext {

@@ -10,7 +10,7 @@ use super::{GenerativeModel, Loaded};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::{DeviceClass, GpuContext};
-use crate::ops::plan::{Fusion, Planner};
+use crate::ops::plan::{Backend, Fusion, Planner};
 
 /// Loads a generative model of a known family from a GGUF file.
 pub type Loader =
@@ -29,6 +29,9 @@ pub struct LoadOptions {
     /// Plan kernels as for this class of device (`None`: the device's own;
     /// see [`Planner::plan_as`]).
     pub plan_as: Option<DeviceClass>,
+    /// Record with these kernels (`None`: native on CPU devices, Vulkan
+    /// elsewhere; see [`Planner::backend`]).
+    pub backend: Option<Backend>,
 }
 
 impl LoadOptions {
@@ -41,6 +44,7 @@ impl LoadOptions {
                 Fusion::On => self.fusion,
             },
             plan_as: self.plan_as,
+            backend: self.backend,
         }
     }
 }

@@ -188,7 +188,7 @@ pub struct AttentionCall<'a> {
 
 impl AttentionCall<'_> {
     /// Checks the head geometry and the operands' shapes.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let s = self.shape;
         if !s.head_dim.is_multiple_of(2)
             || s.head_dim > MAX_HEAD_DIM

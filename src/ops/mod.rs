@@ -6,9 +6,11 @@
 
 pub mod act_round;
 pub mod attention;
+pub mod backend;
 pub mod dequant;
 pub mod get_rows;
 pub mod glu;
+pub mod host;
 pub mod kv_store;
 pub mod linear;
 pub mod mat;

@@ -96,6 +96,47 @@ pub struct RmsNormCall<'a> {
     pub head_dim: Option<usize>,
 }
 
+impl<'a> RmsNormCall<'a> {
+    /// The result's view.
+    pub fn out(&self) -> AnyMat<'a> {
+        match self.out {
+            NormOut::Store(m) => m,
+            NormOut::Add(m) => AnyMat::F32(m),
+        }
+    }
+
+    /// Whether the result adds into the output.
+    pub fn adds(&self) -> bool {
+        matches!(self.out, NormOut::Add(_))
+    }
+
+    /// Checks the shapes and returns the width of each normalized piece.
+    ///
+    /// # Errors
+    /// `out` not of `x`'s shape, `head_dim` not dividing the rows, views
+    /// outside their buffers.
+    pub fn check(&self) -> Result<usize> {
+        let (x, out) = (self.x, self.out());
+        if out.rows() != x.rows || out.cols() != x.cols {
+            return Err(ModelError::Shape {
+                tensor: "rms_norm output".into(),
+                expected: vec![x.rows as u64, x.cols as u64],
+                got: vec![out.rows() as u64, out.cols() as u64],
+            });
+        }
+        x.check("rms_norm input")?;
+        out.check("rms_norm output")?;
+        match self.head_dim {
+            None => Ok(x.cols),
+            Some(hd) if hd > 0 && x.cols.is_multiple_of(hd) => Ok(hd),
+            Some(hd) => Err(ModelError::invalid(
+                "head_dim",
+                format!("{hd} does not divide rows of {}", x.cols),
+            )),
+        }
+    }
+}
+
 /// Invocations per row. A few rows (batched decode) take 256, so that each
 /// invocation loads few elements: on the H200, 16 rows of 2048 in 8.8 µs
 /// per dispatch against 11.4 with 128. Many rows (prompts) take just enough
@@ -118,34 +159,15 @@ fn workgroup_size(n_rows: usize, n_cols: usize) -> u32 {
 /// `out` not of `x`'s shape, `head_dim` not dividing the rows, views
 /// outside their buffers, or a value beyond 32 bits.
 pub fn record_rms_norm(rec: &mut Recording, call: &RmsNormCall<'_>) -> Result<()> {
-    let x = call.x;
-    let (out, add) = match call.out {
-        NormOut::Store(m) => (m, false),
-        NormOut::Add(m) => (AnyMat::F32(m), true),
-    };
-    let (d_offset, d_rows, d_cols, d_ld) = out.layout();
-    if d_rows != x.rows || d_cols != x.cols {
-        return Err(ModelError::Shape {
-            tensor: "rms_norm output".into(),
-            expected: vec![x.rows as u64, x.cols as u64],
-            got: vec![d_rows as u64, d_cols as u64],
-        });
-    }
-    x.check("rms_norm input")?;
-    out.check("rms_norm output")?;
+    let (x, out, add) = (call.x, call.out(), call.adds());
+    let (d_offset, _, _, d_ld) = out.layout();
+    let width = call.check()?;
     // Rows in groups: row r lies at group r / group, member r % group.
-    let (n_rows, n_cols, group, ld_x, ld_d, ld_group_x, ld_group_d) = match call.head_dim {
-        None => (x.rows, x.cols, x.rows.max(1), x.ld, d_ld, 0, 0),
-        Some(hd) => {
-            if hd == 0 || !x.cols.is_multiple_of(hd) {
-                return Err(ModelError::invalid(
-                    "head_dim",
-                    format!("{hd} does not divide rows of {}", x.cols),
-                ));
-            }
-            let heads = x.cols / hd;
-            (x.rows * heads, hd, heads, hd, hd, x.ld, d_ld)
-        }
+    let (n_rows, n_cols, group, ld_x, ld_d, ld_group_x, ld_group_d) = if width == x.cols {
+        (x.rows, x.cols, x.rows.max(1), x.ld, d_ld, 0, 0)
+    } else {
+        let heads = x.cols / width;
+        (x.rows * heads, width, heads, width, width, x.ld, d_ld)
     };
     let mut flags = 0;
     if call.norm.flavor == NormFlavor::ZeroCentred {

@@ -46,6 +46,20 @@ pub struct QuantWeight {
     chunks: Vec<WeightChunk>,
 }
 
+impl std::fmt::Debug for QuantWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QuantWeight(`{}`, {}, {} x {}, {} chunks)",
+            self.name,
+            self.qtype,
+            self.rows,
+            self.cols,
+            self.chunks.len()
+        )
+    }
+}
+
 /// Rows per chunk so that a chunk fits in `max` bytes (one descriptor's
 /// range), or `None` if even one row does not.
 pub fn rows_per_chunk(max: usize, qtype: QuantType, rows: usize, cols: usize) -> Option<usize> {

@@ -9,7 +9,7 @@ use combs::ModelError;
 use combs::gpu::GpuContext;
 use combs::models::LoadOptions;
 use combs::ops::act_round::Numerics;
-use combs::ops::plan::Fusion;
+use combs::ops::plan::{Backend, Fusion};
 use combs::runtime::Model;
 use combs::runtime::model::default_model_path;
 
@@ -21,9 +21,14 @@ pub struct ModelArgs {
     /// GGUF model file (default: SmolLM2-135M-Instruct from the model cache).
     #[arg(short = 'm', long = "model", value_name = "FILE")]
     pub model: Option<PathBuf>,
-    /// Vulkan device index (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
-    #[arg(long, value_name = "N")]
+    /// Vulkan device index, or `cpu` for the native kernels on the CPU
+    /// (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
+    #[arg(long, value_name = "N|cpu", value_parser = parse_device)]
     pub device: Option<usize>,
+    /// Kernels: `auto` (native on CPU devices, Vulkan elsewhere), `vulkan`
+    /// or `host` (native; a CPU device only).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kernels: KernelsArg,
     /// Linear-layer numerics: `exact` (default) or `llama.cpp` (round
     /// activations as llama.cpp's CPU backend does, to compare outputs).
     #[arg(long, value_name = "MODE", default_value = "exact", value_parser = parse_numerics)]
@@ -32,6 +37,32 @@ pub struct ModelArgs {
     /// K/V store folded into another kernel; as COMBS_DISABLE_FUSION=1).
     #[arg(long)]
     pub no_fusion: bool,
+}
+
+/// A device index or `cpu`.
+pub fn parse_device(s: &str) -> Result<usize, String> {
+    combs::gpu::parse_device(s).map_err(|e| e.to_string())
+}
+
+/// Which kernels record a model's steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelsArg {
+    /// Native kernels on CPU devices, Vulkan elsewhere.
+    Auto,
+    /// Vulkan dispatches everywhere.
+    Vulkan,
+    /// The native kernels (a CPU device only).
+    Host,
+}
+
+impl KernelsArg {
+    fn backend(self) -> Option<Backend> {
+        match self {
+            KernelsArg::Auto => None,
+            KernelsArg::Vulkan => Some(Backend::Vulkan),
+            KernelsArg::Host => Some(Backend::Host),
+        }
+    }
 }
 
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
@@ -73,6 +104,7 @@ impl ModelArgs {
                     Fusion::On
                 },
                 plan_as: None,
+                backend: self.kernels.backend(),
             },
         )
         .map_err(|e| match e {

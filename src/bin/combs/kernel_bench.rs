@@ -56,7 +56,7 @@ pub struct KernelBenchArgs {
     #[arg(short = 'r', long = "repetitions", default_value_t = 64)]
     reps: usize,
     /// Vulkan device index.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N|cpu", value_parser = crate::common::parse_device)]
     device: Option<usize>,
     /// Also time the host's round trip of one submission, blocking and polling.
     #[arg(long)]

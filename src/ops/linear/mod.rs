@@ -448,7 +448,7 @@ impl<'a> LinearCall<'a> {
     /// Checks what every kernel needs: the operands' shapes against the
     /// weight's, rows pairs kept in one chunk where the kernel pairs them,
     /// sums of squares that fit.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let w = self.weight;
         let (k, n) = (w.cols(), self.n());
         let shape_err = |what: &str, expected: Vec<usize>, got: Vec<usize>| ModelError::Shape {

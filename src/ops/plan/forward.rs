@@ -10,19 +10,14 @@ use super::block::{DecoderBlock, Ffn, OutputHead, Qkv};
 use super::{Plan, Planner, Workspace};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, Recording};
-use crate::ops::act_round::{ActRounding, record_act_round};
-use crate::ops::attention::{
-    AttentionCall, AttentionOptions, AttentionShape, NewKv, NewRows, record_attention,
-};
-use crate::ops::get_rows::record_get_rows;
-use crate::ops::glu::{GluCall, GluInput, record_glu};
+use crate::ops::act_round::ActRounding;
+use crate::ops::attention::{AttentionCall, AttentionOptions, AttentionShape, NewKv, NewRows};
+use crate::ops::backend::{CopyCall, GetRowsCall, Kernels};
+use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::kv_store::{KvAttention, LayerCall};
-use crate::ops::linear::{
-    FoldedRope, Input, Linear, LinearCall, Output, SquareSums, record_linear,
-};
-use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall, record_rms_norm};
-use crate::ops::rope::{Rope, RopeCall, record_rope};
-use crate::ops::softcap::record_softcap;
+use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums};
+use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall};
+use crate::ops::rope::{Rope, RopeCall};
 use crate::ops::{AnyMat, Mat};
 use crate::quant::QuantWeight;
 
@@ -91,6 +86,11 @@ impl<'r, 'a> Forward<'r, 'a> {
         &self.plan
     }
 
+    /// The kernels the plan records with.
+    fn kernels(&self) -> &'static dyn Kernels {
+        self.plan.kernels()
+    }
+
     /// Positions the call's sequences may hold (0 without a cache).
     pub fn n_ctx(&self) -> usize {
         self.kv.map_or(0, |kv| kv.n_ctx())
@@ -115,7 +115,13 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// Shapes the kernels do not support.
     pub fn embed(&mut self, table: &QuantWeight, scale: f32) -> Result<()> {
         let x = self.x();
-        record_get_rows(self.rec, table, &self.ws.ids, x, scale)?;
+        let call = GetRowsCall {
+            table,
+            ids: &self.ws.ids,
+            out: x,
+            scale,
+        };
+        self.kernels().get_rows(self.rec, &call)?;
         self.squares = false;
         Ok(())
     }
@@ -177,17 +183,17 @@ impl<'r, 'a> Forward<'r, 'a> {
                     out: NormOut::Store(AnyMat::F32(x)),
                     head_dim: Some(a.head_dim),
                 };
-                record_rms_norm(self.rec, &call)?;
+                self.kernels().rms_norm(self.rec, &call)?;
             }
         }
         if !roped {
             if Arc::ptr_eq(q.buf, k.buf) && k.offset == q.offset + n_q && k.ld == q.ld {
                 // k's heads follow q's in each token's row: one dispatch rotates both.
                 let x = q.cols_at(0, n_q + n_kv);
-                record_rope(self.rec, &RopeCall { x, rope })?;
+                self.kernels().rope(self.rec, &RopeCall { x, rope })?;
             } else {
                 for x in [q, k] {
-                    record_rope(self.rec, &RopeCall { x, rope })?;
+                    self.kernels().rope(self.rec, &RopeCall { x, rope })?;
                 }
             }
         }
@@ -222,7 +228,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             },
             variant: None,
         };
-        record_attention(self.rec, &call)?;
+        self.kernels().attention(self.rec, &call)?;
         self.residual(b.attn_out, input_of(out), b.post_attn_norm)?;
 
         let xf = self.normed(b.ffn_norm)?;
@@ -239,15 +245,14 @@ impl<'r, 'a> Forward<'r, 'a> {
         let (n, ws) = (self.n, self.ws);
         let n_ff = ws.shape.n_ff;
         let hidden = Mat::new(&ws.hidden, n, n_ff);
+        let k = self.kernels();
         let glu = |rec: &mut Recording, act, input| {
-            record_glu(
-                rec,
-                &GluCall {
-                    act,
-                    input,
-                    out: hidden,
-                },
-            )
+            let call = GluCall {
+                act,
+                input,
+                out: hidden,
+            };
+            k.glu(rec, &call)
         };
         match ffn {
             Ffn::Separate { gate, up, act } => {
@@ -305,7 +310,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             out: NormOut::Store(out),
             head_dim: None,
         };
-        record_rms_norm(self.rec, &call)?;
+        self.kernels().rms_norm(self.rec, &call)?;
         Ok(input_of(out))
     }
 
@@ -354,7 +359,7 @@ impl<'r, 'a> Forward<'r, 'a> {
                     out: NormOut::Add(x),
                     head_dim: None,
                 };
-                record_rms_norm(self.rec, &call)?;
+                self.kernels().rms_norm(self.rec, &call)?;
                 self.squares = false;
             }
         }
@@ -371,7 +376,7 @@ impl<'r, 'a> Forward<'r, 'a> {
                     input
                 } else {
                     let xq = Mat::new(&self.ws.xq, x.rows, x.cols);
-                    record_act_round(self.rec, mode, x, xq)?;
+                    self.kernels().act_round(self.rec, mode, x, xq)?;
                     Input::F32(xq)
                 }
             }
@@ -381,7 +386,7 @@ impl<'r, 'a> Forward<'r, 'a> {
         if let Input::F32(x) = input {
             call = call.on(self.plan.variant(AnyMat::F32(x)));
         }
-        record_linear(self.rec, &call)
+        self.kernels().linear(self.rec, &call)
     }
 
     /// Records the output head for this call's rows of the residual from
@@ -419,16 +424,23 @@ impl<'r, 'a> Forward<'r, 'a> {
                 out: NormOut::Store(out),
                 head_dim: None,
             };
-            record_rms_norm(self.rec, &call)?;
+            self.kernels().rms_norm(self.rec, &call)?;
             input_of(out)
         };
         self.product(head.weight, input, Output::Store(logits))?;
         if head.softcap > 0.0 {
-            record_softcap(self.rec, logits, head.softcap)?;
+            self.kernels().softcap(self.rec, logits, head.softcap)?;
         }
         let row = (n_vocab * 4) as u64;
         let at = out_row as u64 * row;
-        self.rec.copy(&ws.logits, at, host, at, n as u64 * row)
+        let copy = CopyCall {
+            src: &ws.logits,
+            src_offset: at,
+            dst: host,
+            dst_offset: at,
+            bytes: n as u64 * row,
+        };
+        self.kernels().copy(self.rec, &copy)
     }
 }
 

@@ -24,6 +24,8 @@ pub use forward::Forward;
 pub use workspace::{Workspace, WorkspaceShape};
 
 use super::act_round::Numerics;
+use super::backend::{Kernels, VULKAN};
+use super::host::HOST;
 use super::linear::{
     CoopTile, Input, KernelCaps, LinearVariant, MATVEC_MAX_TOKENS, SKINNY_MAX_TOKENS,
 };
@@ -63,6 +65,29 @@ pub struct Planner {
     /// with its folds, the decode attention storing K/V) on lavapipe too.
     /// Cooperative-matrix kernels still need a device that has them.
     pub plan_as: Option<DeviceClass>,
+    /// The kernels to record with (`None`: the host's native kernels on CPU
+    /// devices, Vulkan elsewhere).
+    pub backend: Option<Backend>,
+}
+
+/// Where the planned steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Vulkan dispatches (`glsl/`).
+    Vulkan,
+    /// Native kernels on the host (`ops::host`), over the same buffers:
+    /// for CPU devices, whose buffers the host reaches.
+    Host,
+}
+
+impl Backend {
+    /// The kernels of this backend.
+    pub fn kernels(self) -> &'static dyn Kernels {
+        match self {
+            Backend::Vulkan => &VULKAN,
+            Backend::Host => &HOST,
+        }
+    }
 }
 
 impl Planner {
@@ -72,10 +97,13 @@ impl Planner {
         let fuse = self.fusion == Fusion::On;
         let exact = self.numerics == Numerics::Exact;
         let cpu = self.plan_as.map_or(is_cpu(ctx), |c| c == DeviceClass::Cpu);
-        let f16 = fuse && exact && !cpu && f16_activations(ctx, n_tokens);
+        let backend = self.backend(ctx);
+        let vulkan = backend == Backend::Vulkan;
+        let f16 = fuse && exact && vulkan && !cpu && f16_activations(ctx, n_tokens);
         let one = one_per_sequence || n_tokens == 1;
         Plan {
             planner: *self,
+            backend,
             n_tokens,
             caps: KernelCaps {
                 cpu,
@@ -86,8 +114,19 @@ impl Planner {
             // and the skinny kernel stages a workgroup's tokens with one
             // scale: only decode steps fold the norm from sums of squares.
             norm_in_products: f16 && one,
-            store_in_attention: fuse && one && !cpu,
+            store_in_attention: fuse && one && (!cpu || !vulkan),
         }
+    }
+
+    /// The backend of plans on `ctx`: the native kernels where the device
+    /// is the host's CPU and no other was asked for.
+    pub fn backend(&self, ctx: &GpuContext) -> Backend {
+        self.backend
+            .unwrap_or(if is_cpu(ctx) && self.plan_as.is_none() {
+                Backend::Host
+            } else {
+                Backend::Vulkan
+            })
     }
 }
 
@@ -96,6 +135,8 @@ impl Planner {
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     planner: Planner,
+    /// Where the steps run.
+    pub backend: Backend,
     /// Tokens per call.
     pub n_tokens: usize,
     caps: KernelCaps,
@@ -121,25 +162,32 @@ impl Plan {
         }
     }
 
-    /// Whether the RMS norm of `x` folds into the matvecs reading it (not
-    /// under llama.cpp numerics, which round the normalized input).
+    /// The kernels of the plan's backend.
+    pub fn kernels(&self) -> &'static dyn Kernels {
+        self.backend.kernels()
+    }
+
+    /// Whether the RMS norm of `x` folds into the products reading it (the
+    /// matvec's, or the host's; not under llama.cpp numerics, which round
+    /// the normalized input).
     pub fn folds_norm(&self, x: AnyMat<'_>) -> bool {
         self.planner.fusion == Fusion::On
             && self.planner.numerics == Numerics::Exact
-            && self.variant(x) == LinearVariant::Matvec
+            && (self.backend == Backend::Host || self.variant(x) == LinearVariant::Matvec)
     }
 
     /// Whether a product reading `input` folds a rope or a gated activation
     /// into its stores: the matvec and the cooperative-matrix kernels do.
     pub fn folds_epilogue(&self, input: &Input<'_>) -> bool {
         self.planner.fusion == Fusion::On
-            && match input {
-                Input::F32(x) => matches!(
-                    self.variant(AnyMat::F32(*x)),
-                    LinearVariant::Matvec | LinearVariant::Coop
-                ),
-                _ => true,
-            }
+            && (self.backend == Backend::Host
+                || match input {
+                    Input::F32(x) => matches!(
+                        self.variant(AnyMat::F32(*x)),
+                        LinearVariant::Matvec | LinearVariant::Coop
+                    ),
+                    _ => true,
+                })
     }
 
     /// Whether the step producing `cols`-wide activations for the products

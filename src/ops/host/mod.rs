@@ -1,0 +1,150 @@
+//! Native kernels for CPU devices: each kernel family's call recorded as a
+//! host step (`gpu::host`) that runs in plain Rust over the same mapped
+//! buffers the Vulkan kernels would use. On lavapipe a compute dispatch
+//! costs what LLVM makes of a shader whose loads are bounds-checked gathers
+//! (docs/perf-notes.md, "CPU devices"); these kernels decode the weights'
+//! device layout row by row into f32 and multiply with SIMD FMAs, on every
+//! core (rayon), with AVX2/FMA/F16C code picked at run time (pulp).
+//!
+//! Numerics: f32 throughout, as the Vulkan kernels of CPU devices; the
+//! norms sum squares in f64 as the references do.
+
+mod attention;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod dequant;
+mod dot;
+mod elementwise;
+mod linear;
+
+use std::ops::Range;
+use std::sync::{Arc, LazyLock};
+
+pub use dequant::dequant_rows;
+
+use super::Mat;
+use super::act_round::ActRounding;
+use super::attention::AttentionCall;
+use super::backend::{CopyCall, GetRowsCall, Kernels};
+use super::glu::GluCall;
+use super::linear::LinearCall;
+use super::mat::Elem;
+use super::rms_norm::RmsNormCall;
+use super::rope::RopeCall;
+use crate::error::Result;
+use crate::gpu::{Buffer, HostMem, HostMut, HostRef, Recording};
+
+/// The native kernels.
+pub struct Host;
+
+/// The native kernels.
+pub static HOST: Host = Host;
+
+/// The SIMD level detected at run time (AVX2 + FMA + F16C where present).
+fn arch() -> pulp::Arch {
+    static ARCH: LazyLock<pulp::Arch> = LazyLock::new(pulp::Arch::new);
+    *ARCH
+}
+
+/// A matrix view a host step owns: its buffer and layout, in elements.
+#[derive(Clone, Debug)]
+pub(crate) struct Rows {
+    buf: Arc<Buffer>,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+}
+
+impl Rows {
+    fn of<T: Elem>(m: &Mat<'_, T>) -> Self {
+        Rows {
+            buf: m.buf.clone(),
+            offset: m.offset,
+            rows: m.rows,
+            cols: m.cols,
+            ld: m.ld,
+        }
+    }
+
+    /// The elements the rows span.
+    fn span(&self) -> Range<usize> {
+        let len = match self.rows {
+            0 => 0,
+            r => (r - 1) * self.ld + self.cols,
+        };
+        self.offset..self.offset + len
+    }
+
+    /// Row `r` of a slice holding [`Self::span`].
+    fn row<'s, T>(&self, span: &'s [T], r: usize) -> &'s [T] {
+        &span[r * self.ld..r * self.ld + self.cols]
+    }
+
+    /// Row `r` of a mutable slice holding [`Self::span`].
+    fn row_mut<'s, T>(&self, span: &'s mut [T], r: usize) -> &'s mut [T] {
+        &mut span[r * self.ld..r * self.ld + self.cols]
+    }
+
+    fn read<'m, T: bytemuck::Pod>(&'m self, mem: &'m HostMem) -> Result<HostRef<'m, T>> {
+        mem.read(&self.buf, self.span())
+    }
+
+    fn write<'m, T: bytemuck::Pod>(&'m self, mem: &'m HostMem) -> Result<HostMut<'m, T>> {
+        mem.write(&self.buf, self.span())
+    }
+
+    /// The rows as one packed f32 matrix (`rows × cols`).
+    fn to_vec(&self, mem: &HostMem) -> Result<Vec<f32>> {
+        let span = self.read::<f32>(mem)?;
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        for r in 0..self.rows {
+            out.extend_from_slice(self.row(&span, r));
+        }
+        Ok(out)
+    }
+}
+
+impl Kernels for Host {
+    fn rms_norm(&self, rec: &mut Recording, call: &RmsNormCall<'_>) -> Result<()> {
+        elementwise::rms_norm(rec, call)
+    }
+
+    fn rope(&self, rec: &mut Recording, call: &RopeCall<'_>) -> Result<()> {
+        elementwise::rope(rec, call)
+    }
+
+    fn linear(&self, rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
+        linear::record(rec, call)
+    }
+
+    fn attention(&self, rec: &mut Recording, call: &AttentionCall<'_>) -> Result<()> {
+        attention::record(rec, call)
+    }
+
+    fn glu(&self, rec: &mut Recording, call: &GluCall<'_>) -> Result<()> {
+        elementwise::glu(rec, call)
+    }
+
+    fn get_rows(&self, rec: &mut Recording, call: &GetRowsCall<'_>) -> Result<()> {
+        elementwise::get_rows(rec, call)
+    }
+
+    fn softcap(&self, rec: &mut Recording, x: Mat<'_>, cap: f32) -> Result<()> {
+        elementwise::softcap(rec, x, cap)
+    }
+
+    fn act_round(
+        &self,
+        rec: &mut Recording,
+        mode: ActRounding,
+        x: Mat<'_>,
+        out: Mat<'_>,
+    ) -> Result<()> {
+        elementwise::act_round(rec, mode, x, out)
+    }
+
+    fn copy(&self, rec: &mut Recording, call: &CopyCall<'_>) -> Result<()> {
+        elementwise::copy(rec, call)
+    }
+}
