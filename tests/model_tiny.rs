@@ -14,6 +14,7 @@ use combs::models::reference::ReferenceModel;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
 use combs::ops::linear::LinearVariant;
+use combs::ops::plan::Backend;
 use combs::quant::QuantType;
 use combs::runtime::{Session, SessionOptions};
 use common::{Rng, gpu};
@@ -53,9 +54,14 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
 /// Prefills `prompt` (in batches of `n_batch`), then decodes `extra` tokens,
 /// checking every position's logits against the reference.
 fn check_against_reference(arch: &str, n_batch: usize) {
+    check_against_reference_with(arch, n_batch, &LoadOptions::default());
+}
+
+/// [`check_against_reference`] with a model loaded with `opts`.
+fn check_against_reference_with(arch: &str, n_batch: usize, opts: &LoadOptions) {
     let mut rng = Rng::fresh(&format!("tiny_{arch}"));
     let cfg = tiny(arch, rng.next_u64());
-    let (g, model) = load(&cfg);
+    let (g, model) = load_with(&cfg, opts);
     let spec = model.spec().clone();
     let mut reference = ReferenceModel::load(&g, spec.clone()).expect("reference");
     let prompt: Vec<u32> = (0..23).map(|_| rng.below(cfg.n_vocab) as u32).collect();
@@ -101,6 +107,19 @@ fn tiny_llama_gpu_matches_cpu_reference() {
 #[test]
 fn tiny_llama_small_batches_match_cpu_reference() {
     check_against_reference("llama", 5);
+}
+
+/// The Vulkan kernels at the level of a whole model on every device: on a
+/// CPU device (lavapipe) the default is the native host kernels, which the
+/// tests above cover there.
+#[test]
+fn tiny_llama_vulkan_kernels_match_cpu_reference() {
+    let opts = LoadOptions {
+        backend: Some(Backend::Vulkan),
+        ..LoadOptions::default()
+    };
+    check_against_reference_with("llama", 5, &opts);
+    check_against_reference_with("qwen3", 512, &opts);
 }
 
 #[test]

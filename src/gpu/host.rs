@@ -18,10 +18,13 @@ use bytemuck::Pod;
 use super::buffer::Buffer;
 use crate::error::{ModelError, Result};
 
+/// The work of a host step.
+type HostWork = Box<dyn Fn(&HostMem) -> Result<()> + Send + Sync>;
+
 /// One host step: its label (for profiles) and the work.
 pub struct HostStep {
     pub(super) label: &'static str,
-    pub(super) run: Box<dyn Fn(&HostMem) -> Result<()> + Send + Sync>,
+    pub(super) run: HostWork,
 }
 
 impl HostStep {

@@ -140,8 +140,8 @@ pub(super) fn dot_rows(simd: V3, w: &Planes<'_>, r0: usize, x: &[XBlock], y: &mu
                 for (b, xb) in x.iter().enumerate() {
                     let q = levels(simd, w, (r0 + i) * w.nb_row + b);
                     let mut s = simd.avx._mm256_mul_ps(q[0], xb.x[0]);
-                    for g in 1..4 {
-                        s = simd.fma._mm256_fmadd_ps(q[g], xb.x[g], s);
+                    for (qg, xg) in q.iter().zip(&xb.x).skip(1) {
+                        s = simd.fma._mm256_fmadd_ps(*qg, *xg, s);
                     }
                     let d = sc[b * ns];
                     let m = match centre {
@@ -158,4 +158,108 @@ pub(super) fn dot_rows(simd: V3, w: &Planes<'_>, r0: usize, x: &[XBlock], y: &mu
         }
     }
     pulp::Simd::vectorize(simd, Op { simd, w, r0, x, y });
+}
+
+/// `y[r * n + t] = w[r] · x[t]` for `nr` rows of `w` and `n` tokens of `x`
+/// (rows of `k`, a multiple of 8): register blocks of 3 rows × 4 tokens
+/// (twelve accumulators, each step 7 loads for 12 FMAs), smaller blocks at
+/// the edges.
+pub(super) fn tile(simd: V3, w: &[f32], nr: usize, x: &[f32], n: usize, k: usize, y: &mut [f32]) {
+    struct Op<'a> {
+        simd: V3,
+        w: &'a [f32],
+        nr: usize,
+        x: &'a [f32],
+        n: usize,
+        k: usize,
+        y: &'a mut [f32],
+    }
+    impl pulp::WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) {
+            let Op {
+                simd,
+                w,
+                nr,
+                x,
+                n,
+                k,
+                y,
+            } = self;
+            let (wr, xr) = (rows8(w, k), rows8(x, k));
+            let mut r = 0;
+            while r < nr {
+                let rs = (nr - r).min(3);
+                let mut t = 0;
+                while t < n {
+                    let ts = (n - t).min(4);
+                    let sums = match (rs, ts) {
+                        (3, 4) => block::<3, 4>(simd, &wr[r..r + 3], &xr[t..t + 4]),
+                        (3, _) => block::<3, 1>(simd, &wr[r..r + 3], &xr[t..t + 1]),
+                        (_, 4) => block::<1, 4>(simd, &wr[r..r + 1], &xr[t..t + 4]),
+                        _ => block::<1, 1>(simd, &wr[r..r + 1], &xr[t..t + 1]),
+                    };
+                    let (br, bt) = match (rs, ts) {
+                        (3, 4) => (3, 4),
+                        (3, _) => (3, 1),
+                        (_, 4) => (1, 4),
+                        _ => (1, 1),
+                    };
+                    for i in 0..br {
+                        for j in 0..bt {
+                            y[(r + i) * n + t + j] = sums[i][j];
+                        }
+                    }
+                    t += bt;
+                }
+                r += if rs == 3 { 3 } else { 1 };
+            }
+        }
+    }
+    pulp::Simd::vectorize(
+        simd,
+        Op {
+            simd,
+            w,
+            nr,
+            x,
+            n,
+            k,
+            y,
+        },
+    );
+}
+
+/// Packed rows of `k` floats as groups of 8.
+#[inline(always)]
+fn rows8(s: &[f32], k: usize) -> Vec<&[[f32; 8]]> {
+    s.chunks_exact(k).map(bytemuck::cast_slice).collect()
+}
+
+/// The dot products of `R` rows and `T` tokens, each in 8 lanes.
+#[inline(always)]
+fn block<const R: usize, const T: usize>(
+    simd: V3,
+    w: &[&[[f32; 8]]],
+    x: &[&[[f32; 8]]],
+) -> [[f32; 4]; 3] {
+    let len = w[0].len();
+    let mut acc = [[simd.avx._mm256_setzero_ps(); T]; R];
+    for c in 0..len {
+        let wv: [__m256; R] = std::array::from_fn(|i| pulp::cast::<[f32; 8], __m256>(w[i][c]));
+        for j in 0..T {
+            let xv = pulp::cast::<[f32; 8], __m256>(x[j][c]);
+            for i in 0..R {
+                acc[i][j] = simd.fma._mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+            }
+        }
+    }
+    let mut out = [[0.0f32; 4]; 3];
+    for i in 0..R {
+        for j in 0..T {
+            out[i][j] = pulp::cast::<__m256, [f32; 8]>(acc[i][j]).iter().sum();
+        }
+    }
+    out
 }

@@ -197,14 +197,17 @@ fn product(mem: &HostMem, w: &Weight, xs: &[f32], n: usize) -> Result<Vec<f32>> 
                 let nr = yt.len() / n;
                 wbuf.resize(nr * k, 0.0);
                 dequant_rows(w.qtype, chunk, *rows, k, r0, nr, wbuf)?;
-                super::arch().dispatch(Tile {
-                    w: wbuf,
-                    nr,
-                    x: xs,
-                    n,
-                    k,
-                    y: yt,
-                });
+                match pulp::x86::V3::try_new() {
+                    Some(simd) => avx2::tile(simd, wbuf, nr, xs, n, k, yt),
+                    None => super::arch().dispatch(Tile {
+                        w: wbuf,
+                        nr,
+                        x: xs,
+                        n,
+                        k,
+                        y: yt,
+                    }),
+                }
                 Ok::<(), ModelError>(())
             })
             .map_err(|e| ModelError::Internal(format!("`{}`: {e}", w.name)))?;
