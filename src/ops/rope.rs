@@ -202,6 +202,31 @@ pub fn record_rope(rec: &mut Recording, call: &RopeCall<'_>) -> Result<()> {
     )
 }
 
+/// The (sin, cos) of each rotation pair's angle at `pos`, in f64: what
+/// [`rope_ref`] rotates by, computed once for all heads of a token.
+pub fn rope_angles(pos: i32, inv_freq: &[f32], n_rot: usize) -> Vec<(f64, f64)> {
+    inv_freq
+        .iter()
+        .take(n_rot / 2)
+        .map(|&f| (f64::from(pos) * f64::from(f)).sin_cos())
+        .collect()
+}
+
+/// Rotates one head in place by [`rope_angles`] (the reference arithmetic).
+pub fn rope_apply(head: &mut [f32], angles: &[(f64, f64)], style: RopeStyle, attn_factor: f32) {
+    let half = angles.len();
+    let af = f64::from(attn_factor);
+    for (i, &(s, c)) in angles.iter().enumerate() {
+        let (a, b) = match style {
+            RopeStyle::Normal => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + half),
+        };
+        let (x0, x1) = (f64::from(head[a]), f64::from(head[b]));
+        head[a] = ((x0 * c - x1 * s) * af) as f32;
+        head[b] = ((x0 * s + x1 * c) * af) as f32;
+    }
+}
+
 /// Reference rope of one head in place (f64 angles).
 pub fn rope_ref(
     head: &mut [f32],
@@ -211,17 +236,5 @@ pub fn rope_ref(
     style: RopeStyle,
     attn_factor: f32,
 ) {
-    let half = n_rot / 2;
-    for (i, &f) in inv_freq.iter().enumerate().take(half) {
-        let theta = f64::from(pos) * f64::from(f);
-        let (s, c) = theta.sin_cos();
-        let (a, b) = match style {
-            RopeStyle::Normal => (2 * i, 2 * i + 1),
-            RopeStyle::Neox => (i, i + half),
-        };
-        let (x0, x1) = (f64::from(head[a]), f64::from(head[b]));
-        let af = f64::from(attn_factor);
-        head[a] = ((x0 * c - x1 * s) * af) as f32;
-        head[b] = ((x0 * s + x1 * c) * af) as f32;
-    }
+    rope_apply(head, &rope_angles(pos, inv_freq, n_rot), style, attn_factor);
 }

@@ -17,7 +17,7 @@ use crate::ops::act_round::{ActRounding, act_round_ref};
 use crate::ops::backend::{CopyCall, GetRowsCall};
 use crate::ops::glu::{GluCall, GluInput, act_ref};
 use crate::ops::rms_norm::{RmsNormCall, rms_norm_ref};
-use crate::ops::rope::{RopeCall, rope_ref};
+use crate::ops::rope::{RopeCall, rope_angles, rope_apply};
 use crate::ops::softcap::softcap_ref;
 use crate::ops::{AnyMat, Mat};
 
@@ -78,9 +78,9 @@ pub(super) fn rope(rec: &mut Recording, call: &RopeCall<'_>) -> Result<()> {
         let freq = mem.read::<f32>(&inv_freq, 0..n_rot / 2)?;
         let mut d = rows.write::<f32>(mem)?;
         for t in 0..rows.rows {
-            let row = rows.row_mut(&mut d, t);
-            for head in row.chunks_exact_mut(head_dim) {
-                rope_ref(head, pos[t], &freq, n_rot, style, af);
+            let angles = rope_angles(pos[t], &freq, n_rot);
+            for head in rows.row_mut(&mut d, t).chunks_exact_mut(head_dim) {
+                rope_apply(head, &angles, style, af);
             }
         }
         Ok(())

@@ -19,7 +19,7 @@ use crate::ops::AnyMat;
 use crate::ops::glu::{Activation, act_ref};
 use crate::ops::linear::{Input, LinearCall, Output};
 use crate::ops::rms_norm::{NormFlavor, rms_norm_ref};
-use crate::ops::rope::{RopeStyle, rope_ref};
+use crate::ops::rope::{RopeStyle, rope_angles, rope_apply};
 use crate::quant::QuantType;
 
 /// Weight rows one task decodes and multiplies.
@@ -349,9 +349,9 @@ fn store(
                 for (r, v) in row.iter_mut().enumerate() {
                     *v = value(r, t);
                 }
+                let angles = rope_angles(pos[t], &freq, rope.n_rot);
                 for head in row[..rope.rows].chunks_exact_mut(rope.head_dim) {
-                    let (p, af) = (pos[t], rope.attn_factor);
-                    rope_ref(head, p, &freq, rope.n_rot, RopeStyle::Normal, af);
+                    rope_apply(head, &angles, RopeStyle::Normal, rope.attn_factor);
                 }
             }
         }
