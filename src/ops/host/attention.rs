@@ -4,7 +4,6 @@
 //! the cores. The cache pages a call reads are borrowed once, on the
 //! recording's thread, and shared with the workers.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use half::f16;
@@ -13,7 +12,7 @@ use rayon::prelude::*;
 
 use super::Rows;
 use crate::error::{ModelError, Result};
-use crate::gpu::{Buffer, HostMem, HostStep, Recording};
+use crate::gpu::{Buffer, HostMem, HostRef, HostStep, Recording};
 use crate::ops::AnyMat;
 use crate::ops::attention::{AttentionCall, AttentionOptions, AttentionShape, NewKv};
 
@@ -132,6 +131,50 @@ impl Seqs<'_> {
         Ok(())
     }
 
+    /// The tokens of the call by sequence, each sequence's cache rows
+    /// converted to f32 once for all its queries and heads.
+    fn gather(&self, mem: &HostMem, width: usize, window: usize) -> Result<Vec<Keys>> {
+        let ps = self.cache.page_size;
+        let mut seqs: Vec<Keys> = Vec::new();
+        for t in 0..self.pos.len() {
+            match seqs.iter_mut().find(|s| s.base == self.base[t]) {
+                Some(s) => {
+                    s.lo = s.lo.min(self.first(t, window));
+                    s.hi = s.hi.max(self.pos[t]);
+                }
+                None => seqs.push(Keys {
+                    base: self.base[t],
+                    lo: self.first(t, window),
+                    hi: self.pos[t],
+                    k: Vec::new(),
+                    v: Vec::new(),
+                }),
+            }
+        }
+        for s in &mut seqs {
+            let n = (s.hi - s.lo + 1).max(0) as usize;
+            s.k = vec![0.0; n * width];
+            s.v = vec![0.0; n * width];
+            // One page borrowed at a time: consecutive positions share it.
+            let mut held: Option<(usize, HostRef<'_, f16>, HostRef<'_, f16>)> = None;
+            for (c, j) in (s.lo..=s.hi).enumerate() {
+                let slot = self.cache.slot(self.table, s.base, j)?;
+                let page = slot / ps;
+                if held.as_ref().is_none_or(|h| h.0 != page) {
+                    let range = page * ps * width..(page + 1) * ps * width;
+                    let k = mem.read::<f16>(&self.cache.k, range.clone())?;
+                    held = Some((page, k, mem.read::<f16>(&self.cache.v, range)?));
+                }
+                if let Some((_, k, v)) = &held {
+                    let r = (slot % ps) * width..(slot % ps + 1) * width;
+                    k[r.clone()].convert_to_f32_slice(&mut s.k[c * width..(c + 1) * width]);
+                    v[r].convert_to_f32_slice(&mut s.v[c * width..(c + 1) * width]);
+                }
+            }
+        }
+        Ok(seqs)
+    }
+
     /// The output rows (`n × n_head × head_dim`) of every query.
     fn attend(
         &self,
@@ -141,51 +184,25 @@ impl Seqs<'_> {
         opts: AttentionOptions,
     ) -> Result<Vec<f32>> {
         let (hd, width) = (shape.head_dim, shape.n_head_kv * shape.head_dim);
-        let ps = self.cache.page_size;
-        // The pages the queries read, each borrowed once for all workers.
-        let mut pages: Vec<usize> = Vec::new();
-        let mut slots: Vec<Vec<usize>> = Vec::with_capacity(self.pos.len());
-        for t in 0..self.pos.len() {
-            let lo = self.first(t, opts.window);
-            let s = (lo..=self.pos[t])
-                .map(|j| self.slot(t, j))
-                .collect::<Result<Vec<_>>>()?;
-            pages.extend(s.iter().map(|&r| r / ps));
-            slots.push(s);
-        }
-        pages.sort_unstable();
-        pages.dedup();
-        let mut held = Vec::with_capacity(pages.len());
-        for &p in &pages {
-            let range = p * ps * width..(p + 1) * ps * width;
-            let k = mem.read::<f16>(&self.cache.k, range.clone())?;
-            held.push((p, k, mem.read::<f16>(&self.cache.v, range)?));
-        }
-        let kv: HashMap<usize, (&[f16], &[f16])> = held
-            .iter()
-            .map(|(p, k, v)| (*p, (&k[..], &v[..])))
-            .collect();
+        let seqs = self.gather(mem, width, opts.window)?;
         let group = shape.n_head / shape.n_head_kv;
         let qw = shape.n_head * hd;
         let mut o = vec![0.0f32; self.pos.len() * qw];
         o.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
             let (t, h) = (i / shape.n_head, i % shape.n_head);
+            let Some(s) = seqs.iter().find(|s| s.base == self.base[t]) else {
+                return;
+            };
             let q = &qs[t * qw + h * hd..t * qw + (h + 1) * hd];
             let col = (h / group) * hd;
-            // Row `slot` of K (`which` 0) or V, as f32.
-            let row = |slot: usize, which: usize, buf: &mut [f32]| {
-                let (k, v) = kv[&(slot / ps)];
-                let r = (slot % ps) * width + col;
-                let m = if which == 0 { k } else { v };
-                m[r..r + hd].convert_to_f32_slice(buf);
-            };
-            let mut buf = vec![0.0f32; hd];
-            let scores: Vec<f32> = slots[t]
-                .iter()
-                .map(|&s| {
-                    row(s, 0, &mut buf);
-                    let d: f32 = q.iter().zip(&buf).map(|(a, b)| a * b).sum();
-                    let x = d * opts.scale;
+            let (a, b) = (
+                (self.first(t, opts.window) - s.lo) as usize,
+                (self.pos[t] - s.lo) as usize,
+            );
+            let at = |c: usize| c * width + col..c * width + col + hd;
+            let mut scores: Vec<f32> = (a..=b)
+                .map(|c| {
+                    let x = super::arch().dispatch(Dot(q, &s.k[at(c)])) * opts.scale;
                     if opts.softcap > 0.0 {
                         opts.softcap * (x / opts.softcap).tanh()
                     } else {
@@ -195,17 +212,73 @@ impl Seqs<'_> {
                 .collect();
             let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0f32;
-            out.fill(0.0);
-            for (&s, &slot) in scores.iter().zip(&slots[t]) {
-                let w = (s - m).exp();
-                sum += w;
-                row(slot, 1, &mut buf);
-                for (a, &v) in out.iter_mut().zip(&buf) {
-                    *a += w * v;
-                }
+            for x in &mut scores {
+                *x = (*x - m).exp();
+                sum += *x;
             }
+            out.fill(0.0);
+            super::arch().dispatch(WeightedSum {
+                w: &scores,
+                rows: (a..=b).map(|c| &s.v[at(c)]),
+                out,
+            });
             out.iter_mut().for_each(|a| *a /= sum);
         });
         Ok(o)
+    }
+}
+
+/// One sequence's cache rows for positions `lo..=hi`, as f32
+/// (`(hi - lo + 1) × width`, K and V).
+struct Keys {
+    base: i32,
+    lo: i32,
+    hi: i32,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// `a · b`, in eight lanes the target's SIMD vectorizes.
+struct Dot<'a>(&'a [f32], &'a [f32]);
+
+impl pulp::WithSimd for Dot<'_> {
+    type Output = f32;
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> f32 {
+        let Dot(a, b) = self;
+        let mut acc = [0.0f32; 8];
+        let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+        let tail: f32 = ca
+            .remainder()
+            .iter()
+            .zip(cb.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (x, y) in ca.zip(cb) {
+            for l in 0..8 {
+                acc[l] += x[l] * y[l];
+            }
+        }
+        acc.iter().sum::<f32>() + tail
+    }
+}
+
+/// `out += Σ w[i] · rows[i]`.
+struct WeightedSum<'a, I> {
+    w: &'a [f32],
+    rows: I,
+    out: &'a mut [f32],
+}
+
+impl<'a, I: Iterator<Item = &'a [f32]>> pulp::WithSimd for WeightedSum<'a, I> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let WeightedSum { w, rows, out } = self;
+        for (&p, r) in w.iter().zip(rows) {
+            for (o, &x) in out.iter_mut().zip(r) {
+                *o += p * x;
+            }
+        }
     }
 }
