@@ -183,6 +183,32 @@ fn host_products_of_every_type_match_ref() {
 }
 
 #[test]
+fn host_row_decoding_is_bit_exact() {
+    // Every format's rows from the device layout, any first row and count,
+    // equal the reference dequantizer's values bit for bit.
+    for t in QuantType::ALL {
+        let mut rng = Rng::fresh(&format!("host_dequant_rows_{t}"));
+        let (rows, cols) = (13, 2 * t.block_size().max(256));
+        let bytes = random_weight(&mut rng, t, rows * cols);
+        let want = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+        let nb = rows * cols / t.block_size();
+        let mut device = vec![0u8; combs::quant::device_bytes(t, nb)];
+        combs::quant::repack(t, &bytes, &mut device);
+        for _ in 0..8 {
+            let r0 = rng.below(rows);
+            let n = 1 + rng.below(rows - r0);
+            let mut got = vec![0.0f32; n * cols];
+            combs::ops::host::dequant_rows(t, &device, rows, cols, r0, n, &mut got)
+                .expect("decode");
+            let expect = &want[r0 * cols..(r0 + n) * cols];
+            for (i, (g, w)) in got.iter().zip(expect).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{t}: rows {r0}+{n}, element {i}");
+            }
+        }
+    }
+}
+
+#[test]
 fn host_products_of_chunked_weights_match_ref() {
     // Chunks of a few rows each: rows split across chunks and tiles.
     for t in [

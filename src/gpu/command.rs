@@ -660,21 +660,24 @@ impl Recording {
             ));
         }
         self.host_times.clear();
-        for step in &self.steps {
-            match step {
+        let mut i = 0;
+        while i < self.steps.len() {
+            match &self.steps[i] {
                 Step::Commands(cmd) => {
                     // SAFETY: cmd is executable (ended), the fence unsignaled,
                     // and everything the recording uses is kept alive by it.
                     unsafe { self.ctx.submit(*cmd, self.fence) }?;
                     wait_and_reset(self.ctx.device(), self.fence, mode)?;
+                    i += 1;
                 }
-                Step::Host(h) => {
-                    let t0 = self.profile.then(std::time::Instant::now);
-                    (h.run)(&HostMem::default())?;
-                    if let Some(t0) = t0 {
-                        self.host_times
-                            .push((h.label, t0.elapsed().as_secs_f64() * 1e9));
-                    }
+                Step::Host(_) => {
+                    let n = self.steps[i..]
+                        .iter()
+                        .take_while(|s| matches!(s, Step::Host(_)))
+                        .count();
+                    let (steps, times) = (&self.steps[i..i + n], &mut self.host_times);
+                    run_host_steps(steps, self.profile, times)?;
+                    i += n;
                 }
             }
         }
@@ -776,6 +779,29 @@ pub(crate) unsafe fn memory_barrier(
             &[],
         )
     };
+}
+
+/// Runs consecutive host steps on one of rayon's workers: the kernels'
+/// parallel loops then start on the thread that waits for them, instead of
+/// this thread handing each loop to the pool and sleeping until it ends
+/// (two context switches per product, hundreds per token).
+fn run_host_steps(
+    steps: &[Step],
+    profile: bool,
+    times: &mut Vec<(&'static str, f64)>,
+) -> Result<()> {
+    rayon::scope(|_| {
+        for step in steps {
+            if let Step::Host(h) = step {
+                let t0 = profile.then(std::time::Instant::now);
+                (h.run)(&HostMem::default())?;
+                if let Some(t0) = t0 {
+                    times.push((h.label, t0.elapsed().as_secs_f64() * 1e9));
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Records, submits and waits for a one-off piece of GPU work.

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::Rows;
@@ -167,8 +166,8 @@ impl Seqs<'_> {
                 }
                 if let Some((_, k, v)) = &held {
                     let r = (slot % ps) * width..(slot % ps + 1) * width;
-                    k[r.clone()].convert_to_f32_slice(&mut s.k[c * width..(c + 1) * width]);
-                    v[r].convert_to_f32_slice(&mut s.v[c * width..(c + 1) * width]);
+                    super::widen_halves_simd(&k[r.clone()], &mut s.k[c * width..(c + 1) * width]);
+                    super::widen_halves_simd(&v[r], &mut s.v[c * width..(c + 1) * width]);
                 }
             }
         }

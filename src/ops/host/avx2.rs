@@ -12,9 +12,6 @@ use pulp::x86::V3;
 use super::dot::Planes;
 use crate::quant::QuantType;
 
-/// The four 8-weight groups of a block's 32 levels, as f32 lanes.
-type Levels = [__m256; 4];
-
 /// A token's 32 inputs of one block, and their 8-lane sums.
 #[derive(Clone, Copy)]
 pub(super) struct XBlock {
@@ -71,48 +68,86 @@ fn nibble_ints(simd: V3, qs: &[u8]) -> [__m256i; 4] {
     ]
 }
 
-/// The levels of one block of `w`'s type.
+/// How a format's quants become levels: its code, as a const parameter.
+mod kind {
+    pub const Q8_0: u8 = 0;
+    pub const Q4_0: u8 = 1;
+    pub const Q4_1: u8 = 2;
+    pub const Q5_0: u8 = 3;
+    pub const Q5_1: u8 = 4;
+}
+
+/// Block `b`'s 32 levels as integers in four groups of 8 (`qs`, `qh`: the
+/// row's planes).
 #[inline(always)]
-fn levels(simd: V3, w: &Planes<'_>, bi: usize) -> Levels {
-    let ints: [__m256i; 4] = match w.t {
-        QuantType::Q8_0 => {
-            let q = w.plane(0, bi);
-            let (a, b) = (load16(&q[..16]), load16(&q[16..]));
-            [
-                simd.avx2._mm256_cvtepi8_epi32(a),
-                simd.avx2
-                    ._mm256_cvtepi8_epi32(simd.sse2._mm_srli_si128::<8>(a)),
-                simd.avx2._mm256_cvtepi8_epi32(b),
-                simd.avx2
-                    ._mm256_cvtepi8_epi32(simd.sse2._mm_srli_si128::<8>(b)),
-            ]
-        }
-        QuantType::Q4_0 | QuantType::Q4_1 => nibble_ints(simd, w.plane(0, bi)),
-        _ => {
-            let mut n = nibble_ints(simd, w.plane(0, bi));
-            let h = w.plane(1, bi);
-            let qh = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as i32;
-            let all = simd.avx._mm256_set1_epi32(qh);
-            let one = simd.avx._mm256_set1_epi32(1);
-            for (g, v) in n.iter_mut().enumerate() {
-                let g = 8 * g as i32;
-                let shifts =
-                    simd.avx
-                        ._mm256_setr_epi32(g, g + 1, g + 2, g + 3, g + 4, g + 5, g + 6, g + 7);
-                let bit = simd
-                    .avx2
-                    ._mm256_and_si256(simd.avx2._mm256_srlv_epi32(all, shifts), one);
-                *v = simd
-                    .avx2
-                    ._mm256_or_si256(*v, simd.avx2._mm256_slli_epi32::<4>(bit));
-            }
-            n
-        }
-    };
-    ints.map(|i| simd.avx._mm256_cvtepi32_ps(i))
+fn ints<const K: u8>(simd: V3, qs: &[u8], qh: &[u8], b: usize) -> [__m256i; 4] {
+    if K == kind::Q8_0 {
+        let q = &qs[32 * b..32 * b + 32];
+        let (a, c) = (load16(&q[..16]), load16(&q[16..]));
+        return [
+            simd.avx2._mm256_cvtepi8_epi32(a),
+            simd.avx2
+                ._mm256_cvtepi8_epi32(simd.sse2._mm_srli_si128::<8>(a)),
+            simd.avx2._mm256_cvtepi8_epi32(c),
+            simd.avx2
+                ._mm256_cvtepi8_epi32(simd.sse2._mm_srli_si128::<8>(c)),
+        ];
+    }
+    if K == kind::Q5_0 || K == kind::Q5_1 {
+        let h = &qh[4 * b..4 * b + 4];
+        let high = bit_bytes(simd, u32::from_le_bytes([h[0], h[1], h[2], h[3]]));
+        let q = load16(&qs[16 * b..16 * b + 16]);
+        let mask = simd.sse2._mm_set1_epi8(0x0F);
+        let lo = simd.sse2._mm_and_si128(q, mask);
+        let hi = simd
+            .sse2
+            ._mm_and_si128(simd.sse2._mm_srli_epi16::<4>(q), mask);
+        let v = simd.avx2._mm256_or_si256(
+            simd.avx._mm256_set_m128i(hi, lo),
+            simd.avx2
+                ._mm256_and_si256(high, simd.avx._mm256_set1_epi8(0x10)),
+        );
+        let (a, c) = (
+            simd.avx._mm256_castsi256_si128(v),
+            simd.avx2._mm256_extracti128_si256::<1>(v),
+        );
+        return [
+            simd.avx2._mm256_cvtepu8_epi32(a),
+            simd.avx2
+                ._mm256_cvtepu8_epi32(simd.sse2._mm_srli_si128::<8>(a)),
+            simd.avx2._mm256_cvtepu8_epi32(c),
+            simd.avx2
+                ._mm256_cvtepu8_epi32(simd.sse2._mm_srli_si128::<8>(c)),
+        ];
+    }
+    nibble_ints(simd, &qs[16 * b..16 * b + 16])
+}
+
+/// Byte `j` all ones where bit `j` of `bits` is set, else zero: each byte
+/// takes the byte of `bits` holding its bit, every other bit forced on, and
+/// compares with all ones.
+#[inline(always)]
+fn bit_bytes(simd: V3, bits: u32) -> __m256i {
+    let v = simd.avx._mm256_set1_epi32(bits as i32);
+    let spread = simd.avx._mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let bytes = simd.avx2._mm256_shuffle_epi8(v, spread);
+    let others = simd.avx._mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    simd.avx2._mm256_cmpeq_epi8(
+        simd.avx2._mm256_or_si256(bytes, others),
+        simd.avx._mm256_set1_epi64x(-1),
+    )
 }
 
 /// `y[i] = W[r0 + i] · x` for the rows of `y`, `x` by block ([`x_blocks`]).
+///
+/// Per block and row, `d·Σq·x` (+ `m·Σx` for the formats with an offset,
+/// `m = -centre·d` for the centred ones): two partial sums of the levels
+/// times the inputs, one FMA into the row's accumulator. Four rows share
+/// the loads of the inputs, and the next four rows' quants are prefetched:
+/// without that one core reads weights at half the speed it streams memory.
 pub(super) fn dot_rows(simd: V3, w: &Planes<'_>, r0: usize, x: &[XBlock], y: &mut [f32]) {
     struct Op<'a> {
         simd: V3,
@@ -126,38 +161,101 @@ pub(super) fn dot_rows(simd: V3, w: &Planes<'_>, r0: usize, x: &[XBlock], y: &mu
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, _: S) {
             let Op { simd, w, r0, x, y } = self;
-            let centre = match w.t {
-                QuantType::Q4_0 => Some(8.0),
-                QuantType::Q5_0 => Some(16.0),
-                QuantType::Q8_0 => Some(0.0),
-                _ => None,
-            };
-            let ns = if centre.is_some() { 1 } else { 2 };
-            let mut sc = Vec::new();
-            for (i, out) in y.iter_mut().enumerate() {
-                w.row_scales(r0 + i, &mut sc);
-                let mut acc = simd.avx._mm256_setzero_ps();
-                for (b, xb) in x.iter().enumerate() {
-                    let q = levels(simd, w, (r0 + i) * w.nb_row + b);
-                    let mut s = simd.avx._mm256_mul_ps(q[0], xb.x[0]);
-                    for (qg, xg) in q.iter().zip(&xb.x).skip(1) {
-                        s = simd.fma._mm256_fmadd_ps(*qg, *xg, s);
-                    }
-                    let d = sc[b * ns];
-                    let m = match centre {
-                        Some(c) => -c * d,
-                        None => sc[b * ns + 1],
-                    };
-                    acc = simd.fma._mm256_fmadd_ps(simd.avx._mm256_set1_ps(d), s, acc);
-                    acc = simd
-                        .fma
-                        ._mm256_fmadd_ps(simd.avx._mm256_set1_ps(m), xb.sum, acc);
-                }
-                *out = pulp::cast::<__m256, [f32; 8]>(acc).iter().sum();
+            match w.t {
+                QuantType::Q8_0 => rows::<{ kind::Q8_0 }>(simd, w, r0, x, y),
+                QuantType::Q4_0 => rows::<{ kind::Q4_0 }>(simd, w, r0, x, y),
+                QuantType::Q4_1 => rows::<{ kind::Q4_1 }>(simd, w, r0, x, y),
+                QuantType::Q5_0 => rows::<{ kind::Q5_0 }>(simd, w, r0, x, y),
+                _ => rows::<{ kind::Q5_1 }>(simd, w, r0, x, y),
             }
         }
     }
     pulp::Simd::vectorize(simd, Op { simd, w, r0, x, y });
+}
+
+/// [`dot_rows`] for one format, four rows at a time.
+#[inline(always)]
+fn rows<const K: u8>(simd: V3, w: &Planes<'_>, r0: usize, x: &[XBlock], y: &mut [f32]) {
+    let mut sc = Vec::new();
+    w.rows_scales(r0, y.len(), &mut sc);
+    let per_row = sc.len() / y.len().max(1);
+    for (c, ys) in y.chunks_mut(4).enumerate() {
+        let r = r0 + 4 * c;
+        let sc = &sc[4 * c * per_row..];
+        match ys.len() {
+            4 => group::<K, 4>(simd, w, r, x, ys, sc),
+            3 => group::<K, 3>(simd, w, r, x, ys, sc),
+            2 => group::<K, 2>(simd, w, r, x, ys, sc),
+            _ => group::<K, 1>(simd, w, r, x, ys, sc),
+        }
+    }
+}
+
+/// The dots of rows `r..r + R` (`sc`: their scales, from row `r` on).
+#[inline(always)]
+fn group<const K: u8, const R: usize>(
+    simd: V3,
+    w: &Planes<'_>,
+    r: usize,
+    x: &[XBlock],
+    y: &mut [f32],
+    sc: &[f32],
+) {
+    let five = K == kind::Q5_0 || K == kind::Q5_1;
+    let offset = K == kind::Q4_1 || K == kind::Q5_1;
+    let centre = match K {
+        kind::Q4_0 => 8.0,
+        kind::Q5_0 => 16.0,
+        _ => 0.0,
+    };
+    let ns = if offset { 2 } else { 1 };
+    let nb = x.len();
+    let bytes = if K == kind::Q8_0 { 32 } else { 16 };
+    // Exact lengths up front, so that the loop's indexing needs no checks.
+    let qs: [&[u8]; R] = std::array::from_fn(|i| &w.row_plane(0, r + i)[..nb * bytes]);
+    let qh: [&[u8]; R] = std::array::from_fn(|i| {
+        if five {
+            &w.row_plane(1, r + i)[..nb * 4]
+        } else {
+            &[]
+        }
+    });
+    let sc: [&[f32]; R] = std::array::from_fn(|i| &sc[i * nb * ns..(i + 1) * nb * ns]);
+    // Four rows on: past the chunk's end a prefetch is only a hint.
+    let ahead: [*const u8; R] =
+        std::array::from_fn(|i| qs[i].as_ptr().wrapping_add(4 * nb * bytes));
+    let mut acc = [simd.avx._mm256_setzero_ps(); R];
+    for (b, xb) in x.iter().enumerate() {
+        for i in 0..R {
+            let next = ahead[i].wrapping_add(b * bytes);
+            simd.sse
+                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(next.cast());
+            let q = ints::<K>(simd, qs[i], qh[i], b).map(|v| simd.avx._mm256_cvtepi32_ps(v));
+            let mut s0 = simd.avx._mm256_mul_ps(q[0], xb.x[0]);
+            let mut s1 = simd.avx._mm256_mul_ps(q[1], xb.x[1]);
+            s0 = simd.fma._mm256_fmadd_ps(q[2], xb.x[2], s0);
+            s1 = simd.fma._mm256_fmadd_ps(q[3], xb.x[3], s1);
+            let d = sc[i][b * ns];
+            acc[i] = simd.fma._mm256_fmadd_ps(
+                simd.avx._mm256_set1_ps(d),
+                simd.avx._mm256_add_ps(s0, s1),
+                acc[i],
+            );
+            if offset || centre != 0.0 {
+                let m = if offset {
+                    sc[i][b * ns + 1]
+                } else {
+                    -centre * d
+                };
+                acc[i] = simd
+                    .fma
+                    ._mm256_fmadd_ps(simd.avx._mm256_set1_ps(m), xb.sum, acc[i]);
+            }
+        }
+    }
+    for i in 0..R {
+        y[i] = pulp::cast::<__m256, [f32; 8]>(acc[i]).iter().sum();
+    }
 }
 
 /// `y[r * n + t] = w[r] · x[t]` for `nr` rows of `w` and `n` tokens of `x`

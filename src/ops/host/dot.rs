@@ -7,7 +7,6 @@
 //! up to f32 rounding in another order.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use crate::quant::{DeviceLayout, QuantType};
 
@@ -55,13 +54,25 @@ impl<'a> Planes<'a> {
         &self.chunk[self.offsets[p] + bi * bytes..self.offsets[p] + (bi + 1) * bytes]
     }
 
+    /// Plane `p`'s bytes of row `r` (its blocks in turn).
+    pub(super) fn row_plane(&self, p: usize, r: usize) -> &'a [u8] {
+        let bytes = self.layout.planes[p].bytes * self.nb_row;
+        &self.chunk[self.offsets[p] + r * bytes..self.offsets[p] + (r + 1) * bytes]
+    }
+
     /// The f16 scales of row `r` (each block's in turn), as f32 in `out`.
     pub(super) fn row_scales(&self, r: usize, out: &mut Vec<f32>) {
+        self.rows_scales(r, 1, out);
+    }
+
+    /// The f16 scales of rows `r..r + n` (each block's in turn), as f32 in
+    /// `out`, converted together.
+    pub(super) fn rows_scales(&self, r: usize, n: usize, out: &mut Vec<f32>) {
         let ns = self.layout.scales.len();
         let o = self.offsets[self.layout.planes.len()] + 2 * r * self.nb_row * ns;
-        let halves: &[f16] = bytemuck::cast_slice(&self.chunk[o..o + 2 * self.nb_row * ns]);
+        let halves: &[f16] = bytemuck::cast_slice(&self.chunk[o..o + 2 * n * self.nb_row * ns]);
         out.resize(halves.len(), 0.0);
-        halves.convert_to_f32_slice(out);
+        super::widen_halves(halves, out);
     }
 }
 
