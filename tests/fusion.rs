@@ -140,10 +140,15 @@ fn check(arch: &str) {
             assert_eq!(a.len(), b.len());
             let n_single = prompt.len() + more.len();
             for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                // Both paths round K and V to f16 for the cache; a value
+                // the two compute a few f32 ulp apart can round to
+                // neighbouring halves, which moves later logits by up to
+                // ~3e-4 (one draw in ten on lavapipe). A wrong fusion moves
+                // them by order one.
                 let tol = if coop && batch > 8 && i >= n_single {
                     3e-3
                 } else {
-                    1e-4
+                    1e-3
                 };
                 let e = rel_err(x, y);
                 assert!(

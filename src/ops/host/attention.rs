@@ -210,11 +210,7 @@ impl Seqs<'_> {
                 })
                 .collect();
             let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0f32;
-            for x in &mut scores {
-                *x = (*x - m).exp();
-                sum += *x;
-            }
+            let sum = super::math::exp_shifted(&mut scores, m);
             out.fill(0.0);
             super::arch().dispatch(WeightedSum {
                 w: &scores,
@@ -269,14 +265,30 @@ struct WeightedSum<'a, I> {
     out: &'a mut [f32],
 }
 
-impl<'a, I: Iterator<Item = &'a [f32]>> pulp::WithSimd for WeightedSum<'a, I> {
+impl<'a, I: Iterator<Item = &'a [f32]> + Clone> pulp::WithSimd for WeightedSum<'a, I> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let WeightedSum { w, rows, out } = self;
-        for (&p, r) in w.iter().zip(rows) {
-            for (o, &x) in out.iter_mut().zip(r) {
-                *o += p * x;
+        // 64 outputs at a time in a fixed-size array the compiler keeps in
+        // registers over all rows (a slice would be loaded and stored per row).
+        for (c, chunk) in out.chunks_mut(64).enumerate() {
+            let mut acc = [0.0f32; 64];
+            let len = chunk.len();
+            for (&p, r) in w.iter().zip(rows.clone()) {
+                let r = &r[64 * c..64 * c + len];
+                if len == 64 {
+                    for l in 0..64 {
+                        acc[l] += p * r[l];
+                    }
+                } else {
+                    for (a, &v) in acc.iter_mut().zip(r) {
+                        *a += p * v;
+                    }
+                }
+            }
+            for (o, a) in chunk.iter_mut().zip(&acc) {
+                *o += a;
             }
         }
     }

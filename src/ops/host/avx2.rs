@@ -286,32 +286,36 @@ pub(super) fn tile(simd: V3, w: &[f32], nr: usize, x: &[f32], n: usize, k: usize
                 y,
             } = self;
             let (wr, xr) = (rows8(w, k), rows8(x, k));
-            let mut r = 0;
-            while r < nr {
-                let rs = (nr - r).min(3);
+            // Slices of K small enough that a slice of every row of the
+            // tile and of four tokens stay in L1 while each is reused: the
+            // tile's rows across all tokens, the tokens across the rows.
+            let groups = k / 8;
+            for c0 in (0..groups).step_by(KC / 8) {
+                let c1 = (c0 + KC / 8).min(groups);
+                let ws: Vec<&[[f32; 8]]> = wr.iter().map(|r| &r[c0..c1]).collect();
+                let xs: Vec<&[[f32; 8]]> = xr.iter().map(|r| &r[c0..c1]).collect();
                 let mut t = 0;
                 while t < n {
-                    let ts = (n - t).min(4);
-                    let sums = match (rs, ts) {
-                        (3, 4) => block::<3, 4>(simd, &wr[r..r + 3], &xr[t..t + 4]),
-                        (3, _) => block::<3, 1>(simd, &wr[r..r + 3], &xr[t..t + 1]),
-                        (_, 4) => block::<1, 4>(simd, &wr[r..r + 1], &xr[t..t + 4]),
-                        _ => block::<1, 1>(simd, &wr[r..r + 1], &xr[t..t + 1]),
-                    };
-                    let (br, bt) = match (rs, ts) {
-                        (3, 4) => (3, 4),
-                        (3, _) => (3, 1),
-                        (_, 4) => (1, 4),
-                        _ => (1, 1),
-                    };
-                    for i in 0..br {
-                        for j in 0..bt {
-                            y[(r + i) * n + t + j] = sums[i][j];
+                    let ts = if n - t >= 4 { 4 } else { 1 };
+                    let mut r = 0;
+                    while r < nr {
+                        let rs = if nr - r >= 3 { 3 } else { 1 };
+                        let sums = match (rs, ts) {
+                            (3, 4) => block::<3, 4>(simd, &ws[r..r + 3], &xs[t..t + 4]),
+                            (3, _) => block::<3, 1>(simd, &ws[r..r + 3], &xs[t..t + 1]),
+                            (_, 4) => block::<1, 4>(simd, &ws[r..r + 1], &xs[t..t + 4]),
+                            _ => block::<1, 1>(simd, &ws[r..r + 1], &xs[t..t + 1]),
+                        };
+                        for (i, row) in sums.iter().enumerate().take(rs) {
+                            for (j, &v) in row.iter().enumerate().take(ts) {
+                                let o = &mut y[(r + i) * n + t + j];
+                                *o = if c0 == 0 { v } else { *o + v };
+                            }
                         }
+                        r += rs;
                     }
-                    t += bt;
+                    t += ts;
                 }
-                r += if rs == 3 { 3 } else { 1 };
             }
         }
     }
@@ -329,6 +333,9 @@ pub(super) fn tile(simd: V3, w: &[f32], nr: usize, x: &[f32], n: usize, k: usize
     );
 }
 
+/// Floats of K per slice of [`tile`].
+const KC: usize = 256;
+
 /// Packed rows of `k` floats as groups of 8.
 #[inline(always)]
 fn rows8(s: &[f32], k: usize) -> Vec<&[[f32; 8]]> {
@@ -343,6 +350,10 @@ fn block<const R: usize, const T: usize>(
     x: &[&[[f32; 8]]],
 ) -> [[f32; 4]; 3] {
     let len = w[0].len();
+    // Equal lengths, known before the loop: no bounds check inside it, and
+    // the row pointers stay in registers.
+    let w: [&[[f32; 8]]; R] = std::array::from_fn(|i| &w[i][..len]);
+    let x: [&[[f32; 8]]; T] = std::array::from_fn(|j| &x[j][..len]);
     let mut acc = [[simd.avx._mm256_setzero_ps(); T]; R];
     for c in 0..len {
         let wv: [__m256; R] = std::array::from_fn(|i| pulp::cast::<[f32; 8], __m256>(w[i][c]));

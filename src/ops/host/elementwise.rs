@@ -15,7 +15,7 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{HostStep, Recording};
 use crate::ops::act_round::{ActRounding, act_round_ref};
 use crate::ops::backend::{CopyCall, GetRowsCall};
-use crate::ops::glu::{GluCall, GluInput, act_ref};
+use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::rms_norm::{RmsNormCall, rms_norm_ref};
 use crate::ops::rope::{RopeCall, rope_angles, rope_apply};
 use crate::ops::softcap::softcap_ref;
@@ -104,16 +104,18 @@ pub(super) fn glu(rec: &mut Recording, call: &GluCall<'_>) -> Result<()> {
         };
         let mut o = out.write::<f32>(mem)?;
         let w = out.cols;
+        let (mut gate, mut up) = (vec![0.0f32; w], vec![0.0f32; w]);
         for t in 0..out.rows {
-            let row = out.row_mut(&mut o, t);
-            for (c, v) in row.iter_mut().enumerate() {
-                let (gate, up) = if interleaved {
-                    (gs[t * 2 * w + 2 * c], gs[t * 2 * w + 2 * c + 1])
-                } else {
-                    (gs[t * w + c], us[t * w + c])
-                };
-                *v = act_ref(act_fn, gate) * up;
+            if interleaved {
+                for c in 0..w {
+                    gate[c] = gs[t * 2 * w + 2 * c];
+                    up[c] = gs[t * 2 * w + 2 * c + 1];
+                }
+            } else {
+                gate.copy_from_slice(&gs[t * w..(t + 1) * w]);
+                up.copy_from_slice(&us[t * w..(t + 1) * w]);
             }
+            super::math::gated(act_fn, &gate, &up, out.row_mut(&mut o, t));
         }
         Ok(())
     }))

@@ -16,7 +16,7 @@ use super::{Rows, dequant_rows};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, HostMem, HostStep, Recording};
 use crate::ops::AnyMat;
-use crate::ops::glu::{Activation, act_ref};
+use crate::ops::glu::Activation;
 use crate::ops::linear::{Input, LinearCall, Output};
 use crate::ops::rms_norm::{NormFlavor, rms_norm_ref};
 use crate::ops::rope::{RopeStyle, rope_angles, rope_apply};
@@ -357,10 +357,13 @@ fn store(
         }
         Out::Gated(o, act) => {
             let mut d = o.write::<f32>(mem)?;
+            let (mut gate, mut up) = (vec![0.0f32; o.cols], vec![0.0f32; o.cols]);
             for t in 0..n {
-                for (c, v) in o.row_mut(&mut d, t).iter_mut().enumerate() {
-                    *v = act_ref(*act, value(2 * c, t)) * value(2 * c + 1, t);
+                for c in 0..o.cols {
+                    gate[c] = value(2 * c, t);
+                    up[c] = value(2 * c + 1, t);
                 }
+                super::math::gated(*act, &gate, &up, o.row_mut(&mut d, t));
             }
         }
     }

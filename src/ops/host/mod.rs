@@ -16,6 +16,7 @@ mod dequant;
 mod dot;
 mod elementwise;
 mod linear;
+mod math;
 
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
