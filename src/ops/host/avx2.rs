@@ -15,8 +15,8 @@ use crate::quant::QuantType;
 /// A token's 32 inputs of one block, and their 8-lane sums.
 #[derive(Clone, Copy)]
 pub(super) struct XBlock {
-    x: [__m256; 4],
-    sum: __m256,
+    pub(super) x: [__m256; 4],
+    pub(super) sum: __m256,
 }
 
 /// The token's inputs by block (`x.len()` a multiple of 32).

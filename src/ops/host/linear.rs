@@ -10,9 +10,9 @@ use std::sync::Arc;
 use half::f16;
 use rayon::prelude::*;
 
-use super::avx2;
 use super::dot::{self, DotRows, Planes};
 use super::{Rows, dequant_rows};
+use super::{avx2, avx2_kquant};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, HostMem, HostStep, Recording};
 use crate::ops::AnyMat;
@@ -172,15 +172,21 @@ fn product(mem: &HostMem, w: &Weight, xs: &[f32], n: usize) -> Result<Vec<f32>> 
         let bytes = mem.read_all::<u8>(buf)?;
         let chunk: &[u8] = &bytes;
         let ys = &mut y[start * n..(start + rows) * n];
+        let simd = pulp::x86::V3::try_new();
+        let kquant = simd.is_some() && avx2_kquant::fused(w.qtype);
         if n == 1
-            && dot::fused(w.qtype)
+            && (dot::fused(w.qtype) || kquant)
             && let Some(planes) = Planes::new(w.qtype, chunk, *rows, k)
         {
-            match pulp::x86::V3::try_new() {
+            match simd {
                 Some(simd) => {
                     let xb = avx2::x_blocks(simd, xs);
                     ys.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {
-                        avx2::dot_rows(simd, &planes, i * TILE, &xb, yt);
+                        if kquant {
+                            avx2_kquant::dot_rows(simd, &planes, i * TILE, &xb, yt);
+                        } else {
+                            avx2::dot_rows(simd, &planes, i * TILE, &xb, yt);
+                        }
                     });
                 }
                 None => ys.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {

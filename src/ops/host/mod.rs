@@ -12,6 +12,8 @@
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_kquant;
 mod dequant;
 mod dot;
 mod elementwise;
