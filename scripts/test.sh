@@ -9,6 +9,8 @@ scripts/install-deps.sh
 scripts/fetch-models.sh >/dev/null
 cargo build --release --all-targets
 cargo test --release
+# The portable host kernels, which aarch64 and x86-64 without AVX2 run.
+COMBS_HOST_SIMD=portable cargo test --release --test ops_host
 cargo fmt --check
 cargo clippy --release --all-targets -- -D warnings
 git diff --exit-code -- include/combs.h || {

@@ -55,6 +55,7 @@ impl<'a> Planes<'a> {
     }
 
     /// Plane `p`'s bytes of row `r` (its blocks in turn).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(super) fn row_plane(&self, p: usize, r: usize) -> &'a [u8] {
         let bytes = self.layout.planes[p].bytes * self.nb_row;
         &self.chunk[self.offsets[p] + r * bytes..self.offsets[p] + (r + 1) * bytes]

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use super::dot::{self, DotRows, Planes};
 use super::{Rows, dequant_rows};
+#[cfg(target_arch = "x86_64")]
 use super::{avx2, avx2_kquant};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, HostMem, HostStep, Recording};
@@ -172,28 +173,7 @@ fn product(mem: &HostMem, w: &Weight, xs: &[f32], n: usize) -> Result<Vec<f32>> 
         let bytes = mem.read_all::<u8>(buf)?;
         let chunk: &[u8] = &bytes;
         let ys = &mut y[start * n..(start + rows) * n];
-        let simd = pulp::x86::V3::try_new();
-        let kquant = simd.is_some() && avx2_kquant::fused(w.qtype);
-        if n == 1
-            && (dot::fused(w.qtype) || kquant)
-            && let Some(planes) = Planes::new(w.qtype, chunk, *rows, k)
-        {
-            match simd {
-                Some(simd) => {
-                    let xb = avx2::x_blocks(simd, xs);
-                    ys.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {
-                        if kquant {
-                            avx2_kquant::dot_rows(simd, &planes, i * TILE, &xb, yt);
-                        } else {
-                            avx2::dot_rows(simd, &planes, i * TILE, &xb, yt);
-                        }
-                    });
-                }
-                None => ys.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {
-                    let (w, r0, x, y) = (&planes, i * TILE, xs, yt);
-                    super::arch().dispatch(DotRows { w, r0, x, y });
-                }),
-            }
+        if n == 1 && one_token(w.qtype, chunk, *rows, k, xs, ys) {
             continue;
         }
         ys.par_chunks_mut(TILE * n)
@@ -203,22 +183,59 @@ fn product(mem: &HostMem, w: &Weight, xs: &[f32], n: usize) -> Result<Vec<f32>> 
                 let nr = yt.len() / n;
                 wbuf.resize(nr * k, 0.0);
                 dequant_rows(w.qtype, chunk, *rows, k, r0, nr, wbuf)?;
-                match pulp::x86::V3::try_new() {
-                    Some(simd) => avx2::tile(simd, wbuf, nr, xs, n, k, yt),
-                    None => super::arch().dispatch(Tile {
-                        w: wbuf,
-                        nr,
-                        x: xs,
-                        n,
-                        k,
-                        y: yt,
-                    }),
-                }
+                tile_products(wbuf, nr, xs, n, k, yt);
                 Ok::<(), ModelError>(())
             })
             .map_err(|e| ModelError::Internal(format!("`{}`: {e}", w.name)))?;
     }
     Ok(y)
+}
+
+/// One token's products straight from the packed rows, without decoded
+/// rows in between, where the format has such a kernel; `false` leaves `y`
+/// to the tiled path.
+fn one_token(q: QuantType, chunk: &[u8], rows: usize, k: usize, x: &[f32], y: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = super::avx2_level() {
+        let kquant = avx2_kquant::fused(q);
+        if !(kquant || dot::fused(q)) {
+            return false;
+        }
+        let Some(planes) = Planes::new(q, chunk, rows, k) else {
+            return false;
+        };
+        let xb = avx2::x_blocks(simd, x);
+        y.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {
+            if kquant {
+                avx2_kquant::dot_rows(simd, &planes, i * TILE, &xb, yt);
+            } else {
+                avx2::dot_rows(simd, &planes, i * TILE, &xb, yt);
+            }
+        });
+        return true;
+    }
+    if !dot::fused(q) {
+        return false;
+    }
+    let Some(planes) = Planes::new(q, chunk, rows, k) else {
+        return false;
+    };
+    y.par_chunks_mut(TILE).enumerate().for_each(|(i, yt)| {
+        let (w, r0, y) = (&planes, i * TILE, yt);
+        super::arch().dispatch(DotRows { w, r0, x, y });
+    });
+    true
+}
+
+/// A tile's products with every token: the AVX2 micro-kernel where the
+/// machine has it, else the portable one at the SIMD level `pulp` finds.
+fn tile_products(w: &[f32], nr: usize, x: &[f32], n: usize, k: usize, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = super::avx2_level() {
+        avx2::tile(simd, w, nr, x, n, k, y);
+        return;
+    }
+    super::arch().dispatch(Tile { w, nr, x, n, k, y });
 }
 
 /// One tile's products, compiled for the SIMD level `pulp` detected

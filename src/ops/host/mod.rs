@@ -47,8 +47,37 @@ pub static HOST: Host = Host;
 
 /// The SIMD level detected at run time (AVX2 + FMA + F16C where present).
 fn arch() -> pulp::Arch {
-    static ARCH: LazyLock<pulp::Arch> = LazyLock::new(pulp::Arch::new);
+    static ARCH: LazyLock<pulp::Arch> = LazyLock::new(|| {
+        if portable_only() {
+            pulp::Arch::Scalar
+        } else {
+            pulp::Arch::new()
+        }
+    });
     *ARCH
+}
+
+/// `COMBS_HOST_SIMD=portable`: only the portable kernels, at the plain
+/// instruction set the crate was compiled for, so that the code other
+/// machines (aarch64, x86-64 without AVX2) run is tested on this one too.
+fn portable_only() -> bool {
+    static PORTABLE: LazyLock<bool> =
+        LazyLock::new(|| std::env::var("COMBS_HOST_SIMD").is_ok_and(|v| v == "portable"));
+    *PORTABLE
+}
+
+/// The AVX2/FMA/F16C level, when this machine has it and it is not turned
+/// off by `COMBS_HOST_SIMD=portable`.
+#[cfg(target_arch = "x86_64")]
+fn avx2_level() -> Option<pulp::x86::V3> {
+    static V3: LazyLock<Option<pulp::x86::V3>> = LazyLock::new(|| {
+        if portable_only() {
+            None
+        } else {
+            pulp::x86::V3::try_new()
+        }
+    });
+    *V3
 }
 
 /// `h` as f32 in `out`, equal to `f16::to_f32` for every finite value and
