@@ -17,6 +17,7 @@ pub mod reference;
 pub mod registry;
 pub mod scratch;
 pub mod spec;
+pub mod speech;
 pub mod synth;
 
 use std::sync::Arc;

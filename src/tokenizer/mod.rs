@@ -26,6 +26,7 @@ mod stream;
 mod symbols;
 mod unicode;
 mod vocab;
+pub mod whisper;
 
 pub use chat::{CHATML_TEMPLATE, ChatMessage, apply_chat_template};
 pub use stream::StreamDecoder;
