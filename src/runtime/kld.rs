@@ -470,7 +470,7 @@ mod tests {
         quantize_row(&logits, 5, &mut row);
         let mut s = KldStats::new();
         let (kld, dp) = s.add(&logits, &row, 5);
-        assert!(kld.abs() < 1e-6, "{kld}");
+        assert!(kld.abs() < 1e-4, "{kld}");
         assert!(dp.abs() < 1e-4, "{dp}");
         assert_eq!(s.same_top().0, 1.0);
     }
