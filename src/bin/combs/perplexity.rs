@@ -11,7 +11,7 @@
 //! the device (the exact baseline of README's parity table).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
@@ -19,7 +19,7 @@ use combs::ModelError;
 use combs::formats::gguf::GgufFile;
 use combs::models::reference::ReferenceModel;
 use combs::runtime::kld::KldStats;
-use combs::runtime::kld_file::{KldHeader, KldReader, KldWriter};
+use combs::runtime::kld_file::{KldHeader, KldReader, KldWriter, rows_per_chunk};
 use combs::runtime::perplexity::{ChunkLogits, for_each_chunk, perplexity_chunks};
 use combs::runtime::{Model, SessionOptions};
 
@@ -42,14 +42,23 @@ pub struct PerplexityArgs {
     chunks: usize,
     /// Write the scored positions' log-probabilities to FILE in llama.cpp's
     /// base-file format (as `llama-perplexity --kl-divergence-base FILE`);
-    /// with --kl-divergence, read them from FILE instead.
+    /// with --kl-divergence, read them from FILE instead (given several
+    /// times: compare with each, in one pass).
     #[arg(long = "kl-divergence-base", value_name = "FILE")]
-    kl_divergence_base: Option<PathBuf>,
+    kl_divergence_base: Vec<PathBuf>,
     /// Compare with the base file of --kl-divergence-base: KL divergence,
     /// same top token, Δp and both perplexities, as `llama-perplexity
     /// --kl-divergence` prints them.
     #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
     kl_divergence: bool,
+    /// With --kl-divergence: also write this run's own log-probabilities of
+    /// the same tokens as a base file (to compare other runs with it later).
+    #[arg(
+        long = "kl-divergence-save",
+        value_name = "FILE",
+        requires = "kl_divergence"
+    )]
+    kl_divergence_save: Option<PathBuf>,
     /// Evaluate with the CPU reference forward pass (f64 sums over the
     /// dequantized weights, f32 K/V) instead of the device: slow, exact.
     #[arg(long)]
@@ -61,11 +70,18 @@ pub fn run(args: &PerplexityArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let (_ctx, model) = args.model.load()?;
     let tok = model.tokenizer();
     let bos = if tok.add_bos() { tok.bos() } else { None };
-    if let (true, Some(base)) = (args.kl_divergence, &args.kl_divergence_base) {
+    if args.kl_divergence {
         if args.file.is_some() {
             eprintln!("note: --kl-divergence scores the base file's tokens; -f is not read");
         }
-        return kl_divergence(args, &model, base, bos, out);
+        return kl_divergence(args, &model, bos, out);
+    }
+    if args.kl_divergence_base.len() > 1 {
+        return Err(ModelError::invalid(
+            "kl-divergence-base",
+            "one file is written; several are only read (with --kl-divergence)",
+        )
+        .into());
     }
     let Some(file) = &args.file else {
         return Err(ModelError::invalid("file", "a text file to score is needed (-f FILE)").into());
@@ -97,7 +113,7 @@ pub fn run(args: &PerplexityArgs, out: &mut dyn Write) -> Result<(), CliError> {
     tokens.truncate(n_chunk * n_ctx);
     let mut src = source(args, &model, n_ctx)?;
     writeln!(out, "{} tokens, {n_chunk} chunks of {n_ctx}", tokens.len())?;
-    let mut writer = match &args.kl_divergence_base {
+    let mut writer = match args.kl_divergence_base.first() {
         Some(path) => Some(KldWriter::create(
             path,
             KldHeader {
@@ -130,7 +146,7 @@ pub fn run(args: &PerplexityArgs, out: &mut dyn Write) -> Result<(), CliError> {
         report.n_scored,
         t0.elapsed().as_secs_f64()
     )?;
-    if let (Some(w), Some(path)) = (writer, &args.kl_divergence_base) {
+    if let (Some(w), Some(path)) = (writer, args.kl_divergence_base.first()) {
         w.finish()?;
         writeln!(
             out,
@@ -168,83 +184,150 @@ fn source(
     })?))
 }
 
-/// `--kl-divergence`: the base file's tokens through the model, compared
-/// row by row with the file's log-probabilities.
+/// `--kl-divergence`: the base files' tokens through the model, compared
+/// row by row with each file's log-probabilities.
 fn kl_divergence(
     args: &PerplexityArgs,
     model: &Model,
-    base: &Path,
     bos: Option<u32>,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut reader = KldReader::open(base).map_err(|source| CliError::File {
-        path: base.to_path_buf(),
-        source,
-    })?;
-    let h = reader.header().clone();
-    let mismatch = |reason: String| CliError::File {
-        path: base.to_path_buf(),
-        source: ModelError::invalid("kl-divergence-base", reason),
-    };
     let n_vocab = model.spec().n_vocab;
-    if h.n_vocab != n_vocab {
-        return Err(mismatch(format!(
-            "written for a vocabulary of {} tokens, the model has {n_vocab}",
-            h.n_vocab
-        )));
+    let mut bases = Vec::new();
+    for path in &args.kl_divergence_base {
+        let reader = KldReader::open(path).map_err(|source| CliError::File {
+            path: path.clone(),
+            source,
+        })?;
+        let h = reader.header();
+        let mismatch = |reason: String| CliError::File {
+            path: path.clone(),
+            source: ModelError::invalid("kl-divergence-base", reason),
+        };
+        if h.n_vocab != n_vocab {
+            return Err(mismatch(format!(
+                "written for a vocabulary of {} tokens, the model has {n_vocab}",
+                h.n_vocab
+            )));
+        }
+        if let Some(c) = args.ctx.filter(|&c| c != h.n_ctx) {
+            return Err(mismatch(format!(
+                "computed with n_ctx {}, --ctx is {c} (leave --ctx out to use the file's)",
+                h.n_ctx
+            )));
+        }
+        if let Some(first) = bases.first().map(|(r, _): &(KldReader, _)| r.header()) {
+            let n = first.tokens.len().min(h.tokens.len());
+            if h.n_ctx != first.n_ctx || h.tokens[..n] != first.tokens[..n] {
+                return Err(mismatch(format!(
+                    "holds other chunks than {} (n_ctx {} vs {}, or other tokens)",
+                    args.kl_divergence_base[0].display(),
+                    h.n_ctx,
+                    first.n_ctx
+                )));
+            }
+        }
+        bases.push((reader, (KldStats::new(), Vec::new())));
     }
-    if let Some(c) = args.ctx.filter(|&c| c != h.n_ctx) {
-        return Err(mismatch(format!(
-            "computed with n_ctx {}, --ctx is {c} (leave --ctx out to use the file's)",
-            h.n_ctx
-        )));
+    let h = bases[0].0.header().clone();
+    let mut n_chunk = bases
+        .iter()
+        .map(|(r, _)| r.header().n_chunk)
+        .min()
+        .unwrap_or(0);
+    if args.chunks > 0 {
+        n_chunk = n_chunk.min(args.chunks);
     }
-    let n_chunk = if args.chunks > 0 {
-        h.n_chunk.min(args.chunks)
-    } else {
-        h.n_chunk
+    let tokens = &h.tokens[..n_chunk * h.n_ctx];
+    let mut save = match &args.kl_divergence_save {
+        Some(path) => Some(KldWriter::create(
+            path,
+            KldHeader {
+                n_ctx: h.n_ctx,
+                n_vocab,
+                n_chunk,
+                tokens: tokens.to_vec(),
+            },
+        )?),
+        None => None,
     };
     let mut src = source(args, model, h.n_ctx)?;
     eprintln!(
-        "kl_divergence: computing over {n_chunk} of {} chunks, n_ctx={}, from {}",
-        h.n_chunk,
+        "kl_divergence: computing over {n_chunk} chunks, n_ctx={}, against {}",
         h.n_ctx,
-        base.display()
+        args.kl_divergence_base
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    writeln!(out)?;
-    writeln!(out, "{}", KldStats::chunk_heading())?;
-    let mut stats = KldStats::new();
+    // one base prints as llama.cpp does, streaming its chunk lines; several
+    // print one block each at the end
+    let single = bases.len() == 1;
+    if single {
+        writeln!(out)?;
+        writeln!(out, "{}", KldStats::chunk_heading())?;
+    }
     let mut rows = Vec::new();
     let t0 = Instant::now();
+    let stdout_err = |source| ModelError::Io {
+        path: PathBuf::from("<stdout>"),
+        source,
+    };
     for_each_chunk(
         src.as_mut(),
-        &h.tokens,
+        tokens,
         h.n_ctx,
         n_chunk,
         bos,
         |c, logits, targets| {
-            reader.read_chunk(&mut rows)?;
-            stats.add_chunk(logits, &rows, targets);
-            writeln!(out, "{}", stats.chunk_line(c + 1)).map_err(|source| ModelError::Io {
-                path: PathBuf::from("<stdout>"),
-                source,
-            })?;
+            for (reader, (stats, lines)) in &mut bases {
+                reader.read_chunk(&mut rows)?;
+                stats.add_chunk(logits, &rows, targets);
+                let line = stats.chunk_line(c + 1);
+                if single {
+                    writeln!(out, "{line}").map_err(stdout_err)?;
+                    out.flush().map_err(stdout_err)?;
+                } else {
+                    eprintln!("{line}");
+                    lines.push(line);
+                }
+            }
+            if let Some(w) = &mut save {
+                w.write_chunk(logits)?;
+            }
             Ok(())
         },
     )?;
     eprintln!(
         "{n_chunk} chunks, {} positions compared in {:.1} s",
-        stats.count(),
+        n_chunk * rows_per_chunk(h.n_ctx),
         t0.elapsed().as_secs_f64()
     );
-    writeln!(out)?;
-    match stats.report() {
-        Some(report) => write!(out, "{report}")?,
-        None => writeln!(
-            out,
-            "{} positions: too few for the final statistics (llama.cpp prints them from 100 on)",
-            stats.count()
-        )?,
+    if let (Some(w), Some(path)) = (save, &args.kl_divergence_save) {
+        w.finish()?;
+        eprintln!("this run's log-probabilities written to {}", path.display());
+    }
+    for ((_, (stats, lines)), path) in bases.iter().zip(&args.kl_divergence_base) {
+        if !single {
+            writeln!(out, "###### against {} ######", path.display())?;
+            writeln!(out, "{}", KldStats::chunk_heading())?;
+            for l in lines {
+                writeln!(out, "{l}")?;
+            }
+        }
+        writeln!(out)?;
+        match stats.report() {
+            Some(report) => write!(out, "{report}")?,
+            None => writeln!(
+                out,
+                "{} positions: too few for the final statistics (llama.cpp prints them from 100 on)",
+                stats.count()
+            )?,
+        }
+        if !single {
+            writeln!(out)?;
+        }
     }
     Ok(())
 }
