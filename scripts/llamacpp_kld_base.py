@@ -6,7 +6,7 @@ for the tokens of an existing base file (normally the one `llama-perplexity
 tokens):
 
     python3.12 scripts/llamacpp_kld_base.py MODEL.gguf --tokens-from CPU.kld -o VULKAN.kld \
-        [--chunks N] [--flash-attn auto|on|off] [--gpu-layers 999]
+        [--compare CPU.kld] [--chunks N] [--flash-attn auto|on|off] [--gpu-layers 999]
 
 Each chunk is evaluated as `llama-perplexity` does (tools/perplexity,
 `perplexity()`): an empty cache, the chunk in one batch of n_ctx tokens
@@ -18,6 +18,12 @@ float32 with numpy, so a row can differ from llama.cpp's own writer by one
 step of the grid where numpy's exp or summation order rounds differently.
 Compare with `combs perplexity -m MODEL.gguf --kl-divergence-base VULKAN.kld
 --kl-divergence` (or llama.cpp's own `llama-perplexity --kl-divergence`).
+
+--compare BASE also compares these logits with BASE's (llama.cpp's CPU base
+file, say) as `llama-perplexity --kl-divergence` would, and prints the main
+lines of its final statistics with its labels (PPL(Q), PPL(base), mean and
+99% KLD, RMS Δp, same top p), computed with numpy in float32/float64 after
+llama.cpp's formulas: llama.cpp Vulkan against llama.cpp CPU.
 
 Needs Python 3.12 with numpy and the cyllama wheel on PYTHONPATH, e.g.
 `python3.12 -m pip install --no-deps --target /tmp/cy cyllama_vulkan-0.7.0-*.whl`.
@@ -64,6 +70,68 @@ def quantize_rows(logits, np):
     return out
 
 
+class Compare:
+    """llama.cpp's KL-divergence statistics of live logits against a base
+    file's rows (tools/perplexity `log_softmax(…, base_log_prob, …)` and the
+    final block of `kl_divergence()`), vectorized per chunk."""
+
+    def __init__(self, path: Path, n_vocab: int, np) -> None:
+        self.np, self.f = np, open(path, "rb")
+        n_ctx, nv_file, n_chunk, _ = read_header(path)
+        if nv_file != n_vocab:
+            raise SystemExit(f"{path} is for {nv_file} tokens, not {n_vocab}")
+        self.f.seek(20 + 4 * n_ctx * n_chunk)
+        self.nv = 2 * ((n_vocab + 1) // 2) + 4
+        self.nll, self.nll_base, self.kld, self.same, self.p_diff = [], [], [], [], []
+
+    def add(self, logits, targets) -> None:
+        np = self.np
+        rows, n_vocab = logits.shape
+        raw = np.frombuffer(self.f.read(2 * rows * self.nv), dtype="<u2").reshape(rows, self.nv)
+        head = np.ascontiguousarray(raw[:, :4]).view(np.float32)
+        scale, min_lp = head[:, :1], head[:, 1:2]
+        lpb = (scale * raw[:, 4:4 + n_vocab].astype(np.float32) + min_lp).astype(np.float32)
+        mx = logits.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(logits - mx).astype(np.float64).sum(axis=1, keepdims=True))
+        lq = logits.astype(np.float64) - (mx + lse)
+        pb = np.where(lpb > -16, np.exp(lpb.astype(np.float64)), 0.0)
+        kld = (pb * (lpb - lq)).sum(axis=1)
+        t = np.asarray(targets)
+        r = np.arange(rows)
+        self.nll.append(-lq[r, t])
+        self.nll_base.append(-lpb[r, t].astype(np.float64))
+        self.kld.append(kld)
+        self.same.append(logits.argmax(axis=1) == lpb.argmax(axis=1))
+        self.p_diff.append(np.exp(lq[r, t]) - np.exp(lpb[r, t].astype(np.float64)))
+
+    def report(self) -> str:
+        np = self.np
+        nll, nb, kld = (np.concatenate(x) for x in (self.nll, self.nll_base, self.kld))
+        same, dp = np.concatenate(self.same), np.concatenate(self.p_diff)
+        n = len(kld)
+
+        def mu(v):
+            f = v.mean()
+            df = (v * v).mean() - f * f
+            return f, (np.sqrt(df / (n - 1)) if df > 0 and n > 10 else 0.0)
+        lq, lb = mu(nll), mu(nb)
+        srt = np.sort(kld.astype(np.float32))
+        p = np.float32(0.99) * np.float32(n - 1)
+        i = int(p)
+        w = p - np.float32(i)
+        k99 = (1 - w) * srt[i] + w * srt[min(i + 1, n - 1)]
+        mse = mu(dp * dp)
+        top = same.mean()
+        return "\n".join([
+            f"Mean PPL(Q)                   : {np.exp(lq[0]):10.6f} ± {np.exp(lq[0]) * lq[1]:10.6f}",
+            f"Mean PPL(base)                : {np.exp(lb[0]):10.6f} ± {np.exp(lb[0]) * lb[1]:10.6f}",
+            f"Mean    KLD: {mu(kld)[0]:10.6f} ± {mu(kld)[1]:10.6f}",
+            f"99.0%   KLD: {k99:10.6f}",
+            f"RMS Δp    : {100 * np.sqrt(mse[0]):6.3f} ± {100 * 0.5 / np.sqrt(mse[0]) * mse[1]:5.3f} %",
+            f"Same top p: {100 * top:6.3f} ± {100 * np.sqrt(top * (1 - top) / (n - 1)):5.3f} %",
+            ""])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -72,6 +140,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=0, help="at most this many chunks (0: all)")
     ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--gpu-layers", type=int, default=999)
+    ap.add_argument("--compare", type=Path, help="base file to compare these logits with")
     a = ap.parse_args()
 
     import numpy as np
@@ -93,6 +162,7 @@ def main() -> int:
     cp.flash_attn_type = {"auto": -1, "off": 0, "on": 1}[a.flash_attn]
     ctx = cy.LlamaContext(model, cp)
     bos = vocab.token_bos() if vocab.get_add_bos() else None
+    compare = Compare(a.compare, n_vocab, np) if a.compare else None
     first = n_ctx // 2
     n_rows = n_ctx - 1 - first
     t0 = time.time()
@@ -109,8 +179,12 @@ def main() -> int:
             logits = np.array([ctx.get_logits_ith(first + j) for j in range(n_rows)],
                               dtype=np.float32)
             out.write(quantize_rows(logits, np).astype("<u2").tobytes())
+            if compare:
+                compare.add(logits, chunk[first + 1:])
             print(f"[{c + 1}/{n_chunk}] {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     print(f"wrote {a.output} ({n_chunk} chunks of {n_ctx}, n_vocab {n_vocab})", file=sys.stderr)
+    if compare:
+        print(compare.report())
     return 0
 
 
