@@ -20,9 +20,10 @@ whose output is there is not run again, so an interrupted run resumes):
                          llama.cpp with flash attention on vs off
      <name>.meta.json    model file, sha256, chunks, the commands
      (--llama-only stops here: what tests/kld_parity.rs's full set reads)
-  3. <name>.vulkan.kld   with --vulkan PY: llama.cpp's Vulkan backend (the cyllama-vulkan
-     <name>.vulkan.txt   wheel, scripts/llamacpp_kld_base.py) on the same tokens, and
-                         its statistics against the CPU base
+  3. <name>.vulkan.kld   with --vulkan PY: llama.cpp's Vulkan backend through the cyllama
+     <name>.vulkan.txt   wheel (scripts/llamacpp_kld_base.py) on the same tokens, flash
+     <name>.vulkan-fa-on.txt  attention off (a base file, and its statistics against the
+                         CPU base) and on (its statistics against Vulkan's fa-off base)
   4. <name>.ref.txt      `combs perplexity --reference --kl-divergence` against the
      <name>.ref.kld      llama.cpp base(s): the exact forward (CPU, f64 sums, f32 K/V),
                          whose own log-probabilities are saved
@@ -38,10 +39,10 @@ Vulkan's logits. Slow on lavapipe (per SmolLM2 file ~25 min per combs run,
 ~15 for the exact forward; Gemma 3 about twice that); fast on a GPU but for
 the exact forward, which runs on one CPU core (--no-reference skips it).
 
-On the GPU machine (H200) with the cyllama-vulkan wheel, Python 3.12 and numpy:
+On the GPU machine (H200), with Python 3.12 and numpy, the cyllama-vulkan
+wheel, and llama.cpp's CPU tools carried from here (or --no-cpu without them):
     python3.12 -m pip install --no-deps --target /tmp/cy cyllama_vulkan-0.7.0-*.whl
     PYTHONPATH=/tmp/cy scripts/kld-table.py --vulkan python3.12 --combs target/release/combs
-(llama-perplexity must be there too: COMBS_TOOLS, see scripts/setup-llamacpp.sh).
 """
 
 from __future__ import annotations
@@ -153,34 +154,46 @@ def one_model(name: str, a, d: Path) -> dict:
     threads = str(os.cpu_count() or 2)
     ctx = ["-c", CTX, "-b", CTX, "-t", threads]
     chunks = ["--chunks", a.chunks] if a.chunks else []
+    row = {"name": name, "file": model.name}
+    llama_bases = []
     base = d / f"{name}.fa-off.kld"
-    if not done(base, ok):
-        run([PERPLEXITY, "-m", model, "-f", TEXT, *ctx, *chunks, "-fa", "off",
-             "--kl-divergence-base", base])
-    fa_on = d / f"{name}.fa-on.txt"
-    if not done(fa_on, ok):
-        llama_kld([PERPLEXITY, "-m", model, *ctx, "-fa", "on", "--kl-divergence-base", base,
-                   "--kl-divergence"], fa_on)
-    want["commands"] = {
-        "base": f"llama-perplexity -m {model.name} -f GPL-3 -c {CTX} -b {CTX} -t N "
-                f"{' '.join(map(str, chunks))} -fa off --kl-divergence-base {base.name}",
-        "fa_on": f"llama-perplexity -m {model.name} -c {CTX} -b {CTX} -t N -fa on "
-                 f"--kl-divergence-base {base.name} --kl-divergence",
-    }
-    want["llama_cpp"] = " ".join((TOOLS / "llama.cpp-version.txt").read_text().split()) \
-        if (TOOLS / "llama.cpp-version.txt").exists() else "unknown"
+    if a.cpu:
+        if not done(base, ok):
+            run([PERPLEXITY, "-m", model, "-f", TEXT, *ctx, *chunks, "-fa", "off",
+                 "--kl-divergence-base", base])
+        fa_on = d / f"{name}.fa-on.txt"
+        if not done(fa_on, ok):
+            llama_kld([PERPLEXITY, "-m", model, *ctx, "-fa", "on", "--kl-divergence-base", base,
+                       "--kl-divergence"], fa_on)
+        want["commands"] = {
+            "base": f"llama-perplexity -m {model.name} -f GPL-3 -c {CTX} -b {CTX} -t N "
+                    f"{' '.join(map(str, chunks))} -fa off --kl-divergence-base {base.name}",
+            "fa_on": f"llama-perplexity -m {model.name} -c {CTX} -b {CTX} -t N -fa on "
+                     f"--kl-divergence-base {base.name} --kl-divergence",
+        }
+        row["fa_on"] = stats(fa_on.read_text())
+        llama_bases.append(base)
+    version = TOOLS / "llama.cpp-version.txt"
+    want["llama_cpp"] = " ".join(version.read_text().split()) if version.exists() else "unknown"
     meta_path.write_text(json.dumps(want, indent=1) + "\n")
-    row = {"name": name, "file": model.name, "fa_on": stats(fa_on.read_text())}
     if a.llama_only:
         return row
-    llama_bases = [base]
     if a.vulkan:
-        vk = d / f"{name}.vulkan.kld"
-        vk_txt = d / f"{name}.vulkan.txt"
-        if not (done(vk, ok) and done(vk_txt, ok)):
-            run([a.vulkan, HERE / "llamacpp_kld_base.py", model, "--tokens-from", base, "-o", vk,
-                 "--compare", base], vk_txt)
-        row["vulkan_vs_cpu"] = stats(vk_txt.read_text())
+        # llama.cpp's Vulkan backend, flash attention off (the base) and on
+        # (against it), on the CPU base's tokens or on the text tokenized by it
+        vk, vk_txt = d / f"{name}.vulkan.kld", d / f"{name}.vulkan.txt"
+        vk_on, vk_on_txt = d / f"{name}.vulkan-fa-on.kld", d / f"{name}.vulkan-fa-on.txt"
+        tokens = ["--tokens-from", base] if a.cpu else ["-f", TEXT, "-c", CTX, *chunks]
+        script = [a.vulkan, HERE / "llamacpp_kld_base.py", model]
+        if not (done(vk, ok) and (done(vk_txt, ok) or not a.cpu)):
+            compare = ["--compare", base] if a.cpu else []
+            run([*script, *tokens, "--flash-attn", "off", "-o", vk, *compare], vk_txt)
+        if not done(vk_on_txt, ok):
+            run([*script, "--tokens-from", vk, "--flash-attn", "on", "-o", vk_on,
+                 "--compare", vk], vk_on_txt)
+        if a.cpu:
+            row["vulkan_vs_cpu"] = stats(vk_txt.read_text())
+        row["vulkan_fa_on"] = stats(vk_on_txt.read_text())
         llama_bases.append(vk)
     ref_kld = d / f"{name}.ref.kld"
     compared = list(llama_bases)
@@ -189,7 +202,7 @@ def one_model(name: str, a, d: Path) -> dict:
         if not (done(ref_txt, ok) and done(ref_kld, ok)):
             bargs = [x for b in llama_bases for x in ("--kl-divergence-base", b)]
             run([a.combs, "perplexity", "-m", model, "--reference", *bargs, "--kl-divergence",
-                 "--kl-divergence-save", ref_kld], ref_txt)
+                 "--kl-divergence-save", ref_kld, *chunks], ref_txt)
         row["reference"] = blocks(ref_txt.read_text(), llama_bases)
         compared.append(ref_kld)
     for numerics in a.numerics:
@@ -197,12 +210,12 @@ def one_model(name: str, a, d: Path) -> dict:
         if not done(out, ok):
             bargs = [x for b in compared for x in ("--kl-divergence-base", b)]
             run([a.combs, "perplexity", "-m", model, "--numerics", numerics, *bargs,
-                 "--kl-divergence"], out)
+                 "--kl-divergence", *chunks], out)
         row[f"combs-{numerics}"] = blocks(out.read_text(), compared)
     return row
 
 
-def fmt(s: dict | None, base_row: bool = False) -> str:
+def fmt(s: dict | None) -> str:
     if s is None:
         return "| – | – | – | – | – |"
     return (f"| {s['ppl']:.4f} | {s['dppl']:+.2f}% | {s['kld']:.6f} | {s['kld_99']:.6f} "
@@ -211,34 +224,42 @@ def fmt(s: dict | None, base_row: bool = False) -> str:
 
 def table(rows: list, a) -> str:
     runs = [("combs", "combs-exact"), ("combs `--numerics llama.cpp`", "combs-llama.cpp")]
-    lines = ["| model | against llama.cpp CPU (fa off) | PPL | ΔPPL | mean KLD | 99% KLD | same top p |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        base = f"{r['name']}.fa-off.kld"
-        ppl_base = r["fa_on"]["ppl_base"]
-        lines.append(f"| {r['name']} | llama.cpp CPU, base | {ppl_base:.4f} | | | | |")
-        for label, key in runs:
-            if key in r:
-                lines.append(f"| | {label} " + fmt(r[key].get(base)))
-        lines.append("| | llama.cpp CPU fa on " + fmt(r["fa_on"]))
-        if "reference" in r:
-            lines.append("| | exact f64 forward " + fmt(r["reference"].get(base)))
-        ref = f"{r['name']}.ref.kld"
-        for label, key in runs:
-            if key in r and ref in r[key]:
-                lines.append(f"| | {label} vs the exact forward " + fmt(r[key][ref]))
-    if a.vulkan:
-        lines += ["", "| model | against llama.cpp Vulkan | PPL | ΔPPL | mean KLD | 99% KLD | same top p |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+    head = "| PPL | ΔPPL | mean KLD | 99% KLD | same top p |"
+    lines = []
+
+    def section(title: str, base_of, own_rows) -> None:
+        lines.extend(["", f"| model | {title} {head}", "| --- | --- | --- | --- | --- | --- | --- |"])
         for r in rows:
-            vk = f"{r['name']}.vulkan.kld"
-            lines.append(f"| {r['name']} | llama.cpp Vulkan vs CPU (fa off) " + fmt(r.get("vulkan_vs_cpu")))
+            base = base_of(r)
+            first = True
+
+            def add(label: str, s: dict | None) -> None:
+                nonlocal first
+                lines.append(f"| {r['name'] if first else ''} | {label} " + fmt(s))
+                first = False
+            for label, key in own_rows:
+                if key in r:
+                    add(label, r[key])
             for label, key in runs:
                 if key in r:
-                    lines.append(f"| | {label} " + fmt(r[key].get(vk)))
+                    add(label, r[key].get(base))
             if "reference" in r:
-                lines.append("| | exact f64 forward " + fmt(r["reference"].get(vk)))
-    return "\n".join(lines)
+                add("exact f64 forward", r["reference"].get(base))
+            ref = f"{r['name']}.ref.kld"
+            for label, key in runs:
+                if key in r and ref in r[key]:
+                    add(f"{label} vs the exact forward", r[key][ref])
+
+    if a.cpu:
+        section("against llama.cpp CPU, flash attention off:",
+                lambda r: f"{r['name']}.fa-off.kld",
+                [("llama.cpp CPU, flash attention on", "fa_on"),
+                 ("llama.cpp Vulkan", "vulkan_vs_cpu")])
+    if a.vulkan:
+        section("against llama.cpp Vulkan, flash attention off:",
+                lambda r: f"{r['name']}.vulkan.kld",
+                [("llama.cpp Vulkan, flash attention on", "vulkan_fa_on")])
+    return "\n".join(lines[1:])
 
 
 def main() -> int:
@@ -252,13 +273,19 @@ def main() -> int:
     ap.add_argument("--llama-only", action="store_true", help="only llama.cpp's files (steps 1-2)")
     ap.add_argument("--vulkan", metavar="PYTHON", help="python3.12 with cyllama-vulkan + numpy")
     ap.add_argument("--no-reference", action="store_true", help="skip the exact forward")
+    ap.add_argument("--no-cpu", action="store_true",
+                    help="no llama.cpp CPU runs (with --vulkan, on a machine without its tools)")
     a = ap.parse_args()
     a.numerics = [n for n in a.numerics.split(",") if n]
     names = [n for n in a.models.split(",") if n]
     if bad := [n for n in names if n not in FILES]:
         raise SystemExit(f"unknown models {bad}: {list(FILES)}")
-    if not PERPLEXITY.exists():
-        raise SystemExit(f"{PERPLEXITY} missing: scripts/setup-llamacpp.sh --no-venv")
+    a.cpu = not a.no_cpu
+    if a.cpu and not PERPLEXITY.exists():
+        raise SystemExit(f"{PERPLEXITY} missing: scripts/setup-llamacpp.sh --no-venv "
+                         "(or --no-cpu with --vulkan)")
+    if not (a.cpu or a.vulkan):
+        raise SystemExit("--no-cpu leaves nothing to compare with: add --vulkan PYTHON")
     if not a.llama_only and not a.combs.exists():
         raise SystemExit(f"{a.combs} missing: cargo build --release --bin combs (or --combs)")
     a.dir.mkdir(parents=True, exist_ok=True)

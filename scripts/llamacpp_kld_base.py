@@ -5,8 +5,12 @@ for the tokens of an existing base file (normally the one `llama-perplexity
 --kl-divergence-base` wrote on the CPU, so that every engine scores the same
 tokens):
 
-    python3.12 scripts/llamacpp_kld_base.py MODEL.gguf --tokens-from CPU.kld -o VULKAN.kld \
-        [--compare CPU.kld] [--chunks N] [--flash-attn auto|on|off] [--gpu-layers 999]
+    python3.12 scripts/llamacpp_kld_base.py MODEL.gguf (--tokens-from CPU.kld | -f TEXT [-c 512])
+        -o VULKAN.kld [--compare BASE.kld] [--chunks N] [--flash-attn auto|on|off] [--gpu-layers 999]
+
+-f TEXT tokenizes the text as `llama-perplexity -f` does (llama_tokenize with
+add_special, chunks of -c tokens, at least two), for a machine without
+llama.cpp's CPU tools.
 
 Each chunk is evaluated as `llama-perplexity` does (tools/perplexity,
 `perplexity()`): an empty cache, the chunk in one batch of n_ctx tokens
@@ -135,7 +139,10 @@ class Compare:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
-    ap.add_argument("--tokens-from", required=True, type=Path, help="base file whose tokens to score")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens-from", type=Path, help="base file whose tokens to score")
+    src.add_argument("-f", "--file", type=Path, help="text to tokenize and score")
+    ap.add_argument("-c", "--ctx", type=int, default=512, help="tokens per chunk (with -f)")
     ap.add_argument("-o", "--output", required=True, type=Path)
     ap.add_argument("--chunks", type=int, default=0, help="at most this many chunks (0: all)")
     ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
@@ -146,17 +153,24 @@ def main() -> int:
     import numpy as np
     import cyllama.llama.llama_cpp as cy
 
-    n_ctx, n_vocab, n_chunk, tokens = read_header(a.tokens_from)
-    if a.chunks > 0:
-        n_chunk = min(n_chunk, a.chunks)
     cy.llama_backend_init()
     cy.ggml_backend_load_all()
     mp = cy.LlamaModelParams()
     mp.n_gpu_layers = a.gpu_layers
     model = cy.LlamaModel(a.model, mp)
     vocab = model.get_vocab()
-    if vocab.n_vocab != n_vocab:
-        raise SystemExit(f"{a.tokens_from} is for {n_vocab} tokens, {a.model} has {vocab.n_vocab}")
+    if a.tokens_from:
+        n_ctx, n_vocab, n_chunk, tokens = read_header(a.tokens_from)
+        if vocab.n_vocab != n_vocab:
+            raise SystemExit(f"{a.tokens_from} is for {n_vocab} tokens, {a.model} has {vocab.n_vocab}")
+    else:
+        n_ctx, n_vocab = a.ctx, vocab.n_vocab
+        tokens = list(vocab.tokenize(a.file.read_text(errors="replace"), True, False))
+        if len(tokens) < 2 * n_ctx:
+            raise SystemExit(f"{a.file}: {len(tokens)} tokens, at least 2 × {n_ctx} needed")
+        n_chunk = len(tokens) // n_ctx
+    if a.chunks > 0:
+        n_chunk = min(n_chunk, a.chunks)
     cp = cy.LlamaContextParams()
     cp.n_ctx = cp.n_batch = cp.n_ubatch = n_ctx
     cp.flash_attn_type = {"auto": -1, "off": 0, "on": 1}[a.flash_attn]
