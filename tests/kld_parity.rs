@@ -179,6 +179,12 @@ fn check_full(name: &str) {
             .unwrap_or_else(|e| panic!("{}: {e} (made by {made_by})", fa_on_path.display())),
     );
     let h = base.header().clone();
+    assert!(
+        h.n_chunk >= 8,
+        "{}: {} chunks; the full set compares at least 8 (re-run {made_by} without --chunks)",
+        base_path.display(),
+        h.n_chunk
+    );
     let mut engines = Engines::load(&common::gpu(), &model, h.n_ctx);
     let (mut combs, mut reference, mut vs_ref) =
         (KldStats::new(), KldStats::new(), KldStats::new());
