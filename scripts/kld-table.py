@@ -231,7 +231,11 @@ def table(rows: list, a) -> str:
         lines.extend(["", f"| model | {title} {head}", "| --- | --- | --- | --- | --- | --- | --- |"])
         for r in rows:
             base = base_of(r)
-            first = True
+            # the base's own PPL, as llama.cpp's statistics report it
+            ppl_base = next((r[k]["ppl_base"] for _, k in own_rows if k in r), None)
+            lines.append(f"| {r['name']} | the base (PPL(base)) | "
+                         + (f"{ppl_base:.4f} |" if ppl_base else "– |") + " | | | |")
+            first = False
 
             def add(label: str, s: dict | None) -> None:
                 nonlocal first
@@ -251,12 +255,12 @@ def table(rows: list, a) -> str:
                     add(f"{label} vs the exact forward", r[key][ref])
 
     if a.cpu:
-        section("against llama.cpp CPU, flash attention off:",
+        section("against llama.cpp CPU, flash attention off (the base):",
                 lambda r: f"{r['name']}.fa-off.kld",
                 [("llama.cpp CPU, flash attention on", "fa_on"),
                  ("llama.cpp Vulkan", "vulkan_vs_cpu")])
     if a.vulkan:
-        section("against llama.cpp Vulkan, flash attention off:",
+        section("against llama.cpp Vulkan, flash attention off (the base):",
                 lambda r: f"{r['name']}.vulkan.kld",
                 [("llama.cpp Vulkan, flash attention on", "vulkan_fa_on")])
     return "\n".join(lines[1:])
