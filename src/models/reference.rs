@@ -11,6 +11,7 @@ use crate::ops::glu::act_ref;
 use crate::ops::rms_norm::rms_norm_ref;
 use crate::ops::rope::{RopeScaling, inv_freq, rope_ref};
 use crate::quant::dequantize_vec;
+use rayon::prelude::*;
 
 struct Mat {
     rows: usize,
@@ -23,7 +24,10 @@ struct Mat {
 impl Mat {
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         let x = act_round_ref(self.round, x);
+        // Rows in parallel: each row's sum is still taken in order, so the
+        // result does not depend on the thread count.
         (0..self.rows)
+            .into_par_iter()
             .map(|r| {
                 self.w[r * self.cols..(r + 1) * self.cols]
                     .iter()
