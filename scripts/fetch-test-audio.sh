@@ -8,7 +8,8 @@
 #   espeak_stereo44k.wav        a stereo 44.1 kHz 24-bit copy (the right channel
 #                               at half gain) to exercise mixdown and resampling
 #   espeak_8k.wav               an 8 kHz copy (upsampling)
-#   espeak_float.flac           FLAC copy (the symphonia path)
+#   espeak_flac.flac            FLAC copy of espeak_numbers (symphonia, lossless)
+#   espeak_vorbis.ogg           Ogg Vorbis copy of espeak_numbers (symphonia, lossy)
 # Needs pip, unzip, espeak-ng and sox (Debian: apt-get install espeak-ng sox).
 set -euo pipefail
 cache="${COMBS_CACHE:-$HOME/.cache/combs}"
@@ -73,6 +74,10 @@ fi
 if [ ! -f "$out/espeak_flac.flac" ]; then
   sox "$out/espeak_numbers.wav" "$out/espeak_flac.flac"
   cp "$out/espeak_numbers.txt" "$out/espeak_flac.txt"
+fi
+if [ ! -f "$out/espeak_vorbis.ogg" ]; then
+  sox "$out/espeak_numbers.wav" -C 6 "$out/espeak_vorbis.ogg"
+  cp "$out/espeak_numbers.txt" "$out/espeak_vorbis.txt"
 fi
 echo "test audio in $out:"
 ls "$out"

@@ -193,14 +193,22 @@ def main():
 
         if model_name == MODELS[0]:
             import jiwer
-            ref = normalize(clips["sample"]["reference_text"])
-            wer = {k: float(jiwer.wer(ref, normalize(per_clip["sample"][k]["text"])))
-                   for k in ("fw_greedy", "fw_beam5", "oa_greedy")}
+            from whisper.normalizers import EnglishTextNormalizer
+            english = EnglishTextNormalizer()
+            ref_text = clips["sample"]["reference_text"]
+            keys = ("fw_greedy", "fw_beam5", "oa_greedy")
+            wer = {k: float(jiwer.wer(normalize(ref_text), normalize(per_clip["sample"][k]["text"])))
+                   for k in keys}
+            wer_english = {k: float(jiwer.wer(english(ref_text), english(per_clip["sample"][k]["text"])))
+                           for k in keys}
+            wer_raw = {k: float(jiwer.wer(ref_text, per_clip["sample"][k]["text"])) for k in keys}
             (OUT / "wer.json").write_text(json.dumps(dict(
                 model=model_name, clip="sample", reference="sample.stm (all speakers, time order)",
                 normalization="lowercase, punctuation except apostrophes to spaces, hyphens to spaces",
-                wer=wer), indent=1) + "\n")
-            print("WER", wer)
+                wer=wer,
+                wer_openai_english_normalizer=wer_english,
+                wer_unnormalized=wer_raw), indent=1) + "\n")
+            print("WER", wer, "EnglishTextNormalizer", wer_english, "raw", wer_raw)
 
         encoder_ref(oa, model_name, arrays["sample"])
     (OUT / "transcripts.json").write_text(json.dumps(transcripts, indent=1, ensure_ascii=False) + "\n")
