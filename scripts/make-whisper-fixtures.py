@@ -234,6 +234,9 @@ def encoder_ref(oa, model_name, audio):
     data[model_name] = dict(
         clip="sample", window="frames 0..3000 of log_mel_spectrogram(audio, padding=N_SAMPLES)",
         mel_sha256=sha256_f32(window.numpy()),
+        mel=dict(shape=list(window.shape), content_frames=int(mel.shape[-1] - whisper.audio.N_FRAMES),
+                 mean=float(window.mean()), max=float(window.max()), subsample_step=101,
+                 subsample=[round(float(x), 6) for x in window.numpy().reshape(-1)[::101]]),
         encoder=dict(shape=list(e.shape), mean=e.mean(), std=e.std(), abs_max=np.abs(e).max(),
                      subsample_step=enc_step, subsample=[round(float(x), 6) for x in e.reshape(-1)[::enc_step]]),
         tokens=tokens,

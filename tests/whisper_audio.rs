@@ -620,3 +620,41 @@ fn ogg_vorbis_decodes_close_to_its_wav() {
     eprintln!("Ogg Vorbis vs its source: SNR {snr:.1} dB");
     assert!(snr > 15.0, "Vorbis decoding SNR {snr:.1} dB");
 }
+
+#[test]
+fn first_window_matches_openai_whisper() {
+    // openai-whisper's way: 30 s of silence appended before the transform,
+    // the window cut at the content's end and zero-padded to 3000 frames.
+    let wav = audio_cache().join("sample.wav");
+    if !wav.exists() {
+        eprintln!("SKIPPED: no test audio (run scripts/fetch-test-audio.sh)");
+        return;
+    }
+    let refs = json("encoder_ref.json");
+    let filters = mel_filters_80();
+    let x = audio::load_audio(&wav).unwrap();
+    let mel = log_mel(&x, &filters, 80, audio::N_SAMPLES).unwrap();
+    for model in ["tiny.en", "base"] {
+        let want = &refs[model]["mel"];
+        let content = audio::content_frames(x.len());
+        assert_eq!(content as u64, want["content_frames"].as_u64().unwrap());
+        let w = audio::window_content(&mel, 0, content).unwrap();
+        let step = want["subsample_step"].as_u64().unwrap() as usize;
+        let sub = want["subsample"].as_array().unwrap();
+        assert_eq!(w.data.len().div_ceil(step), sub.len());
+        let mut diff = 0.0f64;
+        for (got, want) in w.data.iter().step_by(step).zip(sub) {
+            diff = diff.max((f64::from(*got) - want.as_f64().unwrap()).abs());
+        }
+        let mean = w.data.iter().map(|&v| f64::from(v)).sum::<f64>() / w.data.len() as f64;
+        let want_mean = want["mean"].as_f64().unwrap();
+        eprintln!(
+            "{model}: max |window - openai-whisper's| = {diff:.2e}, mean {mean:.6} vs {want_mean:.6}"
+        );
+        assert!(
+            diff <= 1e-3,
+            "first window differs from openai-whisper's by {diff}"
+        );
+        assert!((mean - want_mean).abs() < 1e-4);
+    }
+}
