@@ -10,6 +10,7 @@
 #   espeak_8k.wav               an 8 kHz copy (upsampling)
 #   espeak_flac.flac            FLAC copy of espeak_numbers (symphonia, lossless)
 #   espeak_vorbis.ogg           Ogg Vorbis copy of espeak_numbers (symphonia, lossy)
+#   espeak_mp3.mp3              MP3 copy of espeak_numbers (symphonia, lossy)
 # Needs pip, unzip, espeak-ng and sox (Debian: apt-get install espeak-ng sox).
 set -euo pipefail
 cache="${COMBS_CACHE:-$HOME/.cache/combs}"
@@ -78,6 +79,10 @@ fi
 if [ ! -f "$out/espeak_vorbis.ogg" ]; then
   sox "$out/espeak_numbers.wav" -C 6 "$out/espeak_vorbis.ogg"
   cp "$out/espeak_numbers.txt" "$out/espeak_vorbis.txt"
+fi
+if [ ! -f "$out/espeak_mp3.mp3" ]; then
+  sox "$out/espeak_numbers.wav" -C 64 "$out/espeak_mp3.mp3"
+  cp "$out/espeak_numbers.txt" "$out/espeak_mp3.txt"
 fi
 echo "test audio in $out:"
 ls "$out"

@@ -1,14 +1,15 @@
 //! The audio front end: WAV decoding of every PCM layout (files written by
-//! hound from fresh random samples), FLAC through symphonia, stereo
-//! mixdown, resampling (a random sine keeps its frequency, amplitude and
-//! phase), input validation, and the log-mel features of every test clip
-//! against faster-whisper 1.2.1's `FeatureExtractor` (fixtures made by
-//! `scripts/make-whisper-fixtures.py`).
+//! hound from fresh random samples), FLAC, Ogg Vorbis and MP3 through
+//! symphonia against their source WAV, stereo mixdown, resampling (a random
+//! sine keeps its frequency, amplitude and phase; nothing folds back), input
+//! validation, and the log-mel features of every test clip against
+//! faster-whisper 1.2.1's `FeatureExtractor` and openai-whisper's first
+//! window (fixtures made by `scripts/make-whisper-fixtures.py`).
 //!
 //! The clip tests need `scripts/fetch-test-audio.sh` (pip, espeak-ng, sox;
-//! ~1 MB in `~/.cache/combs/audio`). When the audio cache is absent they
-//! print what to run and pass without checking; everything else always
-//! runs.
+//! ~1 MB in `~/.cache/combs/audio`; `scripts/test.sh` runs it). When the
+//! audio cache is absent they print what to run and pass without checking;
+//! everything else always runs.
 
 mod common;
 
@@ -657,4 +658,51 @@ fn first_window_matches_openai_whisper() {
         );
         assert!((mean - want_mean).abs() < 1e-4);
     }
+}
+
+#[test]
+fn mp3_decodes_close_to_its_wav() {
+    let cache = audio_cache();
+    let (mp3, wav) = (
+        cache.join("espeak_mp3.mp3"),
+        cache.join("espeak_numbers.wav"),
+    );
+    if !mp3.exists() || !wav.exists() {
+        eprintln!(
+            "SKIPPED: no test audio in {} (run scripts/fetch-test-audio.sh)",
+            cache.display()
+        );
+        return;
+    }
+    let a = audio::decode_file(&mp3).unwrap();
+    let b = audio::decode_file(&wav).unwrap();
+    assert_eq!((a.sample_rate, a.channels), (b.sample_rate, b.channels));
+    // The best alignment within two MP3 frames (encoder delay, if the file
+    // carries no gapless info).
+    let mut best = (f64::MIN, 0isize);
+    for lag in -2304isize..=2304 {
+        let (mut e, mut s) = (0.0f64, 0.0f64);
+        for (i, y) in b.samples.iter().enumerate() {
+            let j = i as isize + lag;
+            let x = if j >= 0 {
+                a.samples.get(j as usize).copied().unwrap_or(0.0)
+            } else {
+                0.0
+            };
+            e += f64::from(x - y).powi(2);
+            s += f64::from(*y).powi(2);
+        }
+        let snr = 10.0 * (s / e.max(1e-30)).log10();
+        if snr > best.0 {
+            best = (snr, lag);
+        }
+    }
+    eprintln!(
+        "MP3 vs its source: SNR {:.1} dB at lag {} ({} vs {} samples)",
+        best.0,
+        best.1,
+        a.samples.len(),
+        b.samples.len()
+    );
+    assert!(best.0 > 15.0, "MP3 decoding SNR {:.1} dB", best.0);
 }
