@@ -11,6 +11,7 @@ use super::act_round::ActRounding;
 use super::attention::AttentionCall;
 use super::glu::GluCall;
 use super::im2col::Im2colCall;
+use super::kv_store::KvStoreCall;
 use super::layer_norm::LayerNormCall;
 use super::linear::LinearCall;
 use super::rms_norm::RmsNormCall;
@@ -116,6 +117,12 @@ pub trait Kernels: Send + Sync {
     /// # Errors
     /// Shapes the family does not take.
     fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()>;
+    /// New K or V rows into a cache ([`super::kv_store::record_kv_store`]),
+    /// where no attention call stores them (keys computed once and kept).
+    ///
+    /// # Errors
+    /// Shapes the family does not take.
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()>;
 }
 
 /// The Vulkan kernels (`glsl/`).
@@ -183,5 +190,9 @@ impl Kernels for Vulkan {
 
     fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()> {
         super::im2col::record_im2col(rec, call)
+    }
+
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
+        super::kv_store::record_kv_store(rec, call)
     }
 }

@@ -36,6 +36,7 @@ use super::attention::AttentionCall;
 use super::backend::{CopyCall, GetRowsCall, Kernels};
 use super::glu::GluCall;
 use super::im2col::Im2colCall;
+use super::kv_store::KvStoreCall;
 use super::layer_norm::LayerNormCall;
 use super::linear::LinearCall;
 use super::mat::Elem;
@@ -227,6 +228,10 @@ impl Kernels for Host {
 
     fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()> {
         im2col::record(rec, call)
+    }
+
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
+        attention::record_kv_store(rec, call)
     }
 }
 
