@@ -128,7 +128,13 @@ fn small_random_model_matches_reference_on_host_kernels() {
 fn small_random_q8_model_matches_reference_on_vulkan_kernels() {
     let ctx = gpu();
     let mut rng = Rng::fresh("whisper forward vulkan");
-    let src = HostWhisper::random(small(), QuantType::Q8_0, rng.next_u64()).expect("random model");
+    // One block each: lavapipe runs the 1500-position encoder slowly.
+    let hp = WhisperHparams {
+        n_audio_layer: 1,
+        n_text_layer: 1,
+        ..small()
+    };
+    let src = HostWhisper::random(hp, QuantType::Q8_0, rng.next_u64()).expect("random model");
     let opts = LoadOptions {
         backend: Some(Backend::Vulkan),
         ..LoadOptions::default()
@@ -238,4 +244,27 @@ fn real_model_matches_reference() {
     eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
     let re = WhisperReference::load(&file).expect("reference");
     compare(&dev, &re, &mel, 1e-3, "real");
+}
+
+/// Time of one encoder window of the real model by step
+/// (`COMBS_WHISPER_MODEL=path`, `--ignored`).
+#[test]
+#[ignore]
+fn real_model_encoder_profile() {
+    let Ok(path) = std::env::var("COMBS_WHISPER_MODEL") else {
+        return;
+    };
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper profile");
+    let file =
+        combs::formats::whisper_bin::WhisperFile::open(std::path::Path::new(&path)).expect("open");
+    let dev = WhisperModel::load(&ctx, &file, &LoadOptions::default()).expect("load");
+    let mel = features(&mut rng, file.hparams.n_mels);
+    dev.encode(&mel).expect("warm-up");
+    let t = std::time::Instant::now();
+    let (_, prof) = dev.encode_with(&mel, true).expect("encode");
+    eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
+    for (label, ns) in prof.unwrap_or_default() {
+        eprintln!("{label:>40} {:8.1} ms", ns / 1e6);
+    }
 }
