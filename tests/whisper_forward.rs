@@ -262,9 +262,23 @@ fn real_model_encoder_profile() {
     let mel = features(&mut rng, file.hparams.n_mels);
     dev.encode(&mel).expect("warm-up");
     let t = std::time::Instant::now();
-    let (_, prof) = dev.encode_with(&mel, true).expect("encode");
+    let (audio, prof) = dev.encode_with(&mel, true).expect("encode");
     eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
     for (label, ns) in prof.unwrap_or_default() {
         eprintln!("{label:>40} {:8.1} ms", ns / 1e6);
+    }
+    let sot = dev.vocab().specials.sot;
+    for n_seqs in [1, 5] {
+        let mut d = dev.decoder(&audio, n_seqs).expect("decoder");
+        let prompt = vec![sot, 50362];
+        d.step(&vec![prompt.as_slice(); n_seqs]).expect("prompt");
+        let t = std::time::Instant::now();
+        let steps = 20;
+        for i in 0..steps {
+            let tok = [(i * 37 % 50000) as u32];
+            d.step(&vec![&tok[..]; n_seqs]).expect("step");
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        eprintln!("decoder step of {n_seqs} sequence(s): {ms:.1} ms");
     }
 }
