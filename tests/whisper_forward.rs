@@ -282,3 +282,52 @@ fn real_model_encoder_profile() {
         eprintln!("decoder step of {n_seqs} sequence(s): {ms:.1} ms");
     }
 }
+
+/// Speed of a random model of tiny.en's shape (Q8_0 matrices) on the
+/// default device: encoder window and decoder steps (`--ignored`; for GPU
+/// machines, where no model file need travel).
+#[test]
+#[ignore]
+fn tiny_shape_speed() {
+    let ctx = gpu();
+    let hp = WhisperHparams {
+        n_vocab: 51864,
+        n_audio_ctx: 1500,
+        n_audio_state: 384,
+        n_audio_head: 6,
+        n_audio_layer: 4,
+        n_text_ctx: 448,
+        n_text_state: 384,
+        n_text_head: 6,
+        n_text_layer: 4,
+        n_mels: 80,
+    };
+    let mut rng = Rng::fresh("tiny speed");
+    let src = HostWhisper::random(hp, QuantType::Q8_0, rng.next_u64()).expect("random model");
+    let dev = WhisperModel::load(&ctx, &src, &LoadOptions::default()).expect("load");
+    eprintln!("device: {}", ctx.caps().name);
+    let mel = features(&mut rng, 80);
+    dev.encode(&mel).expect("warm-up");
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        dev.encode(&mel).expect("encode");
+        eprintln!("encoder window: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (audio, prof) = dev.encode_with(&mel, true).expect("encode");
+    for (label, ns) in prof.unwrap_or_default().iter().take(12) {
+        eprintln!("{label:>40} {:8.2} ms", ns / 1e6);
+    }
+    for n_seqs in [1, 5] {
+        let mut d = dev.decoder(&audio, n_seqs).expect("decoder");
+        let prompt = vec![dev.vocab().specials.sot, 50362];
+        d.step(&vec![prompt.as_slice(); n_seqs]).expect("prompt");
+        let t = std::time::Instant::now();
+        let steps = 50;
+        for i in 0..steps {
+            let tok = [(i * 37 % 50000) as u32];
+            d.step(&vec![&tok[..]; n_seqs]).expect("step");
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        eprintln!("decoder step of {n_seqs} sequence(s): {ms:.2} ms");
+    }
+}
