@@ -8,6 +8,7 @@
 
 mod common;
 
+use combs::gpu::DeviceClass;
 use combs::models::LoadOptions;
 use combs::models::speech::{LogMel, N_FRAMES, SpeechToTextModel, WhisperHparams};
 use combs::models::whisper::{HostWhisper, WhisperModel};
@@ -142,6 +143,29 @@ fn small_random_q8_model_matches_reference_on_vulkan_kernels() {
     let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
     let re = WhisperReference::load(&src).expect("reference");
     compare(&dev, &re, &features(&mut rng, 80), 1e-3, "vulkan");
+}
+
+/// The plans a GPU gets (matvecs for the decode steps, the decode
+/// attention storing K/V itself, the tiled and blocked kernels), run on
+/// whatever device the tests have.
+#[test]
+fn small_random_model_matches_reference_on_gpu_plans() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper forward gpu plans");
+    let hp = WhisperHparams {
+        n_audio_layer: 1,
+        n_text_layer: 1,
+        ..small()
+    };
+    let src = HostWhisper::random(hp, QuantType::Q4_0, rng.next_u64()).expect("random model");
+    let opts = LoadOptions {
+        backend: Some(Backend::Vulkan),
+        plan_as: Some(DeviceClass::Gpu),
+        ..LoadOptions::default()
+    };
+    let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
+    let re = WhisperReference::load(&src).expect("reference");
+    compare(&dev, &re, &features(&mut rng, 80), 1e-3, "gpu plans");
 }
 
 #[test]
