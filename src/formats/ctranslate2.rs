@@ -229,15 +229,16 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn parse(
-    buf: &[u8],
-) -> Result<(
-    u32,
-    String,
-    u32,
-    Vec<VariableEntry>,
-    HashMap<String, String>,
-)> {
+/// What `model.bin` holds, validated.
+struct Parsed {
+    version: u32,
+    spec: String,
+    revision: u32,
+    vars: Vec<VariableEntry>,
+    aliases: HashMap<String, String>,
+}
+
+fn parse(buf: &[u8]) -> Result<Parsed> {
     let mut c = Cursor { buf, pos: 0 };
     let version = c.u32("binary version")?;
     if version == 0 || version > MAX_BINARY_VERSION {
@@ -334,7 +335,13 @@ fn parse(
             format!("{} bytes after the last alias", buf.len() - c.pos),
         ));
     }
-    Ok((version, spec, revision, vars, aliases))
+    Ok(Parsed {
+        version,
+        spec,
+        revision,
+        vars,
+        aliases,
+    })
 }
 
 impl Ct2Model {
@@ -367,7 +374,13 @@ impl Ct2Model {
     }
 
     fn from_backing(backing: Backing) -> Result<Self> {
-        let (binary_version, spec, revision, variables, aliases) = parse(backing.bytes())?;
+        let Parsed {
+            version: binary_version,
+            spec,
+            revision,
+            vars: variables,
+            aliases,
+        } = parse(backing.bytes())?;
         let mut index = HashMap::with_capacity(variables.len());
         for (i, v) in variables.iter().enumerate() {
             if index.insert(v.name.clone(), i).is_some() {
