@@ -2,7 +2,11 @@
 """Writes tests/fixtures/whisper/mel_filters.json: the mel filterbanks of
 openai-whisper's `whisper/assets/mel_filters.npz` (PyPI `openai-whisper`, the
 sdist), as the nonzero entries of each bank, for the test that compares
-combs' computed filterbank with them (`formats::whisper_bin::mel_filters`).
+combs' computed filterbank with them (`formats::whisper_bin::mel_filters`);
+and tests/fixtures/whisper/tiktoken_vocab.json: the vocabulary section
+whisper.cpp's `convert-pt-to-ggml.py` writes from `gpt2.tiktoken` and
+`multilingual.tiktoken` (token count, sha256 of the u32-length-prefixed token
+bytes in rank order), for the test of the converted files' vocabularies.
 
     python3 scripts/make-whisper-mel-fixture.py [OUT.json]
 
@@ -21,6 +25,10 @@ with tempfile.TemporaryDirectory() as d:
     with tarfile.open(os.path.join(d, sdist)) as t:
         member = next(m for m in t.getmembers() if m.name.endswith("whisper/assets/mel_filters.npz"))
         npz = t.extractfile(member).read()
+        tiktoken = {}
+        for kind in ("gpt2", "multilingual"):
+            m = next(m for m in t.getmembers() if m.name.endswith(f"whisper/assets/{kind}.tiktoken"))
+            tiktoken[kind] = t.extractfile(m).read()
 
 def read_npy(b):
     assert b[:6] == b"\x93NUMPY", "not an npy file"
@@ -56,3 +64,16 @@ with open(out, "w") as f:
     json.dump(fixture, f, separators=(",", ":"))
     f.write("\n")
 print(f"wrote {out}: " + ", ".join(f"{k} {v['rows']}x{v['cols']} ({len(v['nonzero'])} nonzero)" for k, v in banks.items()))
+
+import base64
+vocab = {}
+for kind, contents in tiktoken.items():
+    tokens = [base64.b64decode(tok) for tok, rank in (line.split() for line in contents.splitlines() if line)]
+    section = b"".join(struct.pack("<I", len(tok)) + tok for tok in tokens)
+    vocab[kind] = {"n_tokens": len(tokens), "sha256_len_prefixed": hashlib.sha256(section).hexdigest()}
+vout = os.path.join(os.path.dirname(out), "tiktoken_vocab.json")
+with open(vout, "w") as f:
+    json.dump({"source": f"{PKG} whisper/assets/*.tiktoken", "made_by": "scripts/make-whisper-mel-fixture.py",
+               "vocab": vocab}, f, indent=1)
+    f.write("\n")
+print(f"wrote {vout}: " + ", ".join(f"{k} {v['n_tokens']} tokens" for k, v in vocab.items()))

@@ -912,3 +912,62 @@ fn converted_base_is_multilingual_with_an_empty_token() {
         QuantType::Q8_0
     );
 }
+
+/// SHA-256 of `bytes` as lowercase hex, from coreutils' `sha256sum`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha256sum runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(bytes)
+        .expect("write");
+    let out = child.wait_with_output().expect("sha256sum output");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+#[ignore = "needs scripts/fetch-models.sh --whisper"]
+fn converted_vocabularies_are_the_tiktoken_files_whisper_cpp_converts() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whisper/tiktoken_vocab.json");
+    let fx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+    for (file, kind) in [
+        ("ggml-tiny.en.bin", "gpt2"),
+        ("ggml-base-q8_0.bin", "multilingual"),
+    ] {
+        let f = WhisperFile::open(&cache(file)).expect(file);
+        let want = &fx["vocab"][kind];
+        assert_eq!(
+            Some(f.vocab.pieces.len() as u64),
+            want["n_tokens"].as_u64(),
+            "{file}"
+        );
+        let section: Vec<u8> = f
+            .vocab
+            .pieces
+            .iter()
+            .flat_map(|p| {
+                (p.len() as u32)
+                    .to_le_bytes()
+                    .into_iter()
+                    .chain(p.iter().copied())
+            })
+            .collect();
+        assert_eq!(
+            Some(sha256_hex(&section).as_str()),
+            want["sha256_len_prefixed"].as_str(),
+            "{file}"
+        );
+    }
+}
