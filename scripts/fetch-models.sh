@@ -85,7 +85,7 @@ for a in "$@"; do
         --requantized) want_smol=1; want_requant=1 ;;
         --whisper) want_whisper=1 ;;
         --all) want_smol=1; want_gemma=1; want_whisper=1; want_requant=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
     esac
 done
