@@ -108,6 +108,12 @@ pub trait SegmentSink {
     /// A final segment; return false to stop transcribing.
     fn segment(&mut self, s: &Segment) -> bool;
 
+    /// The language (by code), once known and before any segment; its
+    /// probability when it was detected.
+    fn language(&mut self, code: &str, prob: Option<f32>) {
+        let _ = (code, prob);
+    }
+
     /// `done` of `total` seconds of audio transcribed.
     fn progress(&mut self, done: f64, total: f64) {
         let _ = (done, total);
@@ -118,6 +124,30 @@ impl<F: FnMut(&Segment) -> bool> SegmentSink for F {
     fn segment(&mut self, s: &Segment) -> bool {
         self(s)
     }
+}
+
+/// Transcribes `samples` (16 kHz mono, any length) with `model`.
+///
+/// # Errors
+/// Empty audio, non-finite samples, options out of range, a language the
+/// model does not know, model and device errors.
+pub fn transcribe(
+    model: &dyn SpeechToTextModel,
+    samples: &[f32],
+    opts: &TranscribeOptions,
+    sink: &mut dyn SegmentSink,
+) -> Result<Transcript> {
+    opts.validate()?;
+    check_samples(samples)?;
+    let t = Instant::now();
+    let hp = model.hparams();
+    let pad = N_FRAMES * HOP_LENGTH;
+    let mel = crate::audio::log_mel(samples, model.mel_filters(), hp.n_mels, pad)?;
+    let mel_time = t.elapsed();
+    let content_frames = crate::audio::content_frames(samples.len());
+    let mut out = transcribe_mel(model, &mel, content_frames, opts, sink)?;
+    out.stats.mel = mel_time;
+    Ok(out)
 }
 
 /// Checks that `samples` hold audio: not empty, every value finite.
@@ -196,7 +226,13 @@ pub fn transcribe_mel(
         rng: Rng::new(opts.seed),
     };
     let (language, language_prob) = run.language(mel)?;
+    sink.language(language_code(language), language_prob);
     run.windows(mel, content_frames, language, language_prob, sink)
+}
+
+/// The code of language `i` (`"en"`).
+fn language_code(i: usize) -> &'static str {
+    LANGUAGES.get(i).map_or("en", |(code, _)| code)
 }
 
 /// The state of one transcription.
@@ -409,12 +445,8 @@ impl Run<'_> {
             };
             sink.progress((seek as f64 * self.timing.frame_seconds).min(total), total);
         }
-        let language_code = LANGUAGES
-            .get(language)
-            .map_or("en", |(code, _)| code)
-            .to_string();
         Ok(Transcript {
-            language: language_code,
+            language: language_code(language).to_string(),
             language_prob,
             text: self
                 .tokens

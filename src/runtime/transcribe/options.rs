@@ -164,9 +164,28 @@ impl TranscribeOptions {
     }
 }
 
+/// The temperatures openai-whisper's command line tries:
+/// `numpy.arange(t, 1.0 + 1e-6, inc)`, or `t` alone when `inc` is 0.
+pub fn temperature_schedule(t: f32, inc: f32) -> Vec<f32> {
+    if !(inc > 0.0 && inc.is_finite() && t.is_finite()) {
+        return vec![t];
+    }
+    let (t, inc) = (f64::from(t), f64::from(inc));
+    let n = ((1.0 + 1e-6 - t) / inc).ceil().clamp(1.0, 1000.0) as usize;
+    (0..n).map(|i| (t + i as f64 * inc) as f32).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temperature_schedule_as_numpy_arange() {
+        assert_eq!(temperature_schedule(0.0, 0.2), vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
+        assert_eq!(temperature_schedule(0.5, 0.0), vec![0.5]);
+        assert_eq!(temperature_schedule(0.3, 0.5), vec![0.3, 0.8]);
+        assert_eq!(temperature_schedule(1.5, 0.2), vec![1.5]);
+    }
 
     #[test]
     fn transcribe_options_defaults_valid_and_ranges_checked() {
