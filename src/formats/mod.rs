@@ -1,11 +1,13 @@
 //! Model file formats: the GGUF reader (zero-copy over memmap2), the GGUF
 //! writer used by tests and `combs synth`, and the GGML tensor type table
-//! both read. Nothing here depends on the `quant` module.
+//! both read, and whisper.cpp's model files (`whisper_bin`). Nothing here
+//! depends on the `quant` module.
 
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_writer;
 pub(crate) mod id_enum;
+pub mod whisper_bin;
 
 pub use gguf::{GgufFile, MetaArray, MetaValue, TensorInfo, ValueType};
 pub use gguf_writer::GgufWriter;
