@@ -187,6 +187,14 @@ pub fn kernels() -> Vec<KernelDef> {
         "attention_blocks.comp",
         &[],
     ));
+    k.push(def("layer_norm_f32", "layer_norm.comp", &[]));
+    k.push(def(
+        "unary_gelu_erf_f32",
+        "unary.comp",
+        &[("OP_GELU_ERF", "1")],
+    ));
+    k.push(def("unary_copy_f32", "unary.comp", &[("OP_COPY", "1")]));
+    k.push(def("im2col_f32", "im2col.comp", &[]));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));
     k.push(def("glu_gelu_f32", "glu.comp", &[("ACT_GELU_TANH", "1")]));
     for (name, d) in [

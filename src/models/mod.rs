@@ -19,6 +19,8 @@ pub mod scratch;
 pub mod spec;
 pub mod speech;
 pub mod synth;
+pub mod whisper;
+pub mod whisper_reference;
 
 use std::sync::Arc;
 

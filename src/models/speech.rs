@@ -130,4 +130,18 @@ pub trait SpeechToTextModel: Send + Sync {
 
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
+
+    /// The encoder output a window's states hold: `n_audio_ctx` rows of
+    /// `n_audio_state` values (what tests compare across models).
+    ///
+    /// # Errors
+    /// States of another model, device errors, or a model that does not
+    /// keep it (the default).
+    fn encoder_output(&self, audio: &AudioStates) -> Result<Vec<f32>> {
+        let _ = audio;
+        Err(crate::error::ModelError::invalid(
+            "encoder output",
+            "this model does not keep it",
+        ))
+    }
 }

@@ -10,9 +10,13 @@ use super::Mat;
 use super::act_round::ActRounding;
 use super::attention::AttentionCall;
 use super::glu::GluCall;
+use super::im2col::Im2colCall;
+use super::kv_store::KvStoreCall;
+use super::layer_norm::LayerNormCall;
 use super::linear::LinearCall;
 use super::rms_norm::RmsNormCall;
 use super::rope::RopeCall;
+use super::unary::UnaryCall;
 use crate::error::Result;
 use crate::gpu::{Buffer, Recording};
 use crate::quant::QuantWeight;
@@ -98,6 +102,27 @@ pub trait Kernels: Send + Sync {
     /// # Errors
     /// A range outside a buffer.
     fn copy(&self, rec: &mut Recording, call: &CopyCall<'_>) -> Result<()>;
+    /// A layer norm with weight and bias ([`super::layer_norm::record_layer_norm`]).
+    ///
+    /// # Errors
+    /// Shapes the family does not take.
+    fn layer_norm(&self, rec: &mut Recording, call: &LayerNormCall<'_>) -> Result<()>;
+    /// An elementwise function ([`super::unary::record_unary`]).
+    ///
+    /// # Errors
+    /// Shapes the family does not take.
+    fn unary(&self, rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()>;
+    /// A convolution's patch rows ([`super::im2col::record_im2col`]).
+    ///
+    /// # Errors
+    /// Shapes the family does not take.
+    fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()>;
+    /// New K or V rows into a cache ([`super::kv_store::record_kv_store`]),
+    /// where no attention call stores them (keys computed once and kept).
+    ///
+    /// # Errors
+    /// Shapes the family does not take.
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()>;
 }
 
 /// The Vulkan kernels (`glsl/`).
@@ -153,5 +178,21 @@ impl Kernels for Vulkan {
             call.dst_offset,
             call.bytes,
         )
+    }
+
+    fn layer_norm(&self, rec: &mut Recording, call: &LayerNormCall<'_>) -> Result<()> {
+        super::layer_norm::record_layer_norm(rec, call)
+    }
+
+    fn unary(&self, rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
+        super::unary::record_unary(rec, call)
+    }
+
+    fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()> {
+        super::im2col::record_im2col(rec, call)
+    }
+
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
+        super::kv_store::record_kv_store(rec, call)
     }
 }

@@ -11,7 +11,9 @@ pub mod dequant;
 pub mod get_rows;
 pub mod glu;
 pub mod host;
+pub mod im2col;
 pub mod kv_store;
+pub mod layer_norm;
 pub mod linear;
 pub mod mat;
 pub mod params;
@@ -19,6 +21,7 @@ pub mod plan;
 pub mod rms_norm;
 pub mod rope;
 pub mod softcap;
+pub mod unary;
 
 pub use mat::{AnyMat, DType, Elem, Mat};
 

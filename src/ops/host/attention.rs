@@ -14,6 +14,7 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, HostMem, HostRef, HostStep, Recording};
 use crate::ops::AnyMat;
 use crate::ops::attention::{AttentionCall, AttentionOptions, AttentionShape, NewKv};
+use crate::ops::kv_store::KvStoreCall;
 
 /// The cache side of a call, as a host step holds it.
 struct Cache {
@@ -87,6 +88,48 @@ pub(super) fn record(rec: &mut Recording, call: &AttentionCall<'_>) -> Result<()
         for t in 0..n {
             out.row_mut(&mut d, t)
                 .copy_from_slice(&o[t * qw..(t + 1) * qw]);
+        }
+        Ok(())
+    }))
+}
+
+/// Records the store of new K or V rows alone (f16, at the rows their
+/// positions map to), as the Vulkan `kv_store` kernel does.
+///
+/// # Errors
+/// An odd width, a view outside its buffer.
+pub(super) fn record_kv_store(rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
+    let (src, at) = (call.src, call.at);
+    if !src.cols.is_multiple_of(2) {
+        return Err(ModelError::invalid(
+            "kv width",
+            format!("{} is odd", src.cols),
+        ));
+    }
+    src.check("kv_store source")?;
+    let cache = Cache {
+        k: call.cache.clone(),
+        v: call.cache.clone(),
+        positions: at.positions.clone(),
+        page_table: at.page_table.clone(),
+        seq_base: at.seq_base.clone(),
+        page_size: at.page_size.max(1),
+        ring: at.ring,
+    };
+    let rows = Rows::of(&src);
+    rec.host(HostStep::new("kv_store", move |mem| {
+        let n = rows.rows;
+        let pos = mem.read::<i32>(&cache.positions, 0..n)?.to_vec();
+        let base = mem.read::<i32>(&cache.seq_base, 0..n)?.to_vec();
+        let table = mem.read_all::<i32>(&cache.page_table)?.to_vec();
+        let width = rows.cols;
+        let xs = rows.to_vec(mem)?;
+        for (t, row) in xs.chunks_exact(width.max(1)).enumerate() {
+            let slot = cache.slot(&table, base[t], pos[t])?;
+            let mut d = mem.write::<u16>(&cache.k, slot * width..(slot + 1) * width)?;
+            for (o, &x) in d.iter_mut().zip(row) {
+                *o = f16::from_f32(x).to_bits();
+            }
         }
         Ok(())
     }))

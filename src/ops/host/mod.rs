@@ -17,8 +17,11 @@ mod avx2_kquant;
 mod dequant;
 mod dot;
 mod elementwise;
+mod im2col;
+mod layer_norm;
 mod linear;
 mod math;
+mod unary;
 
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
@@ -32,10 +35,14 @@ use super::act_round::ActRounding;
 use super::attention::AttentionCall;
 use super::backend::{CopyCall, GetRowsCall, Kernels};
 use super::glu::GluCall;
+use super::im2col::Im2colCall;
+use super::kv_store::KvStoreCall;
+use super::layer_norm::LayerNormCall;
 use super::linear::LinearCall;
 use super::mat::Elem;
 use super::rms_norm::RmsNormCall;
 use super::rope::RopeCall;
+use super::unary::UnaryCall;
 use crate::error::Result;
 use crate::gpu::{Buffer, HostMem, HostMut, HostRef, Recording};
 
@@ -209,6 +216,22 @@ impl Kernels for Host {
 
     fn copy(&self, rec: &mut Recording, call: &CopyCall<'_>) -> Result<()> {
         elementwise::copy(rec, call)
+    }
+
+    fn layer_norm(&self, rec: &mut Recording, call: &LayerNormCall<'_>) -> Result<()> {
+        layer_norm::record(rec, call)
+    }
+
+    fn unary(&self, rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
+        unary::record(rec, call)
+    }
+
+    fn im2col(&self, rec: &mut Recording, call: &Im2colCall<'_>) -> Result<()> {
+        im2col::record(rec, call)
+    }
+
+    fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
+        attention::record_kv_store(rec, call)
     }
 }
 

@@ -2,6 +2,8 @@
 //! logits — over a [`Workspace`], with the kernels and fusions the
 //! [`Plan`] of the call's shape class allows.
 
+mod speech;
+
 use std::sync::Arc;
 
 use half::f16;

@@ -17,10 +17,16 @@
 
 mod block;
 mod forward;
+mod full_kv;
+mod speech_block;
 mod workspace;
 
 pub use block::{AttentionSpec, DecoderBlock, Ffn, OutputHead, QkNorm, Qkv, RopeSpec};
 pub use forward::Forward;
+pub use full_kv::{FullKv, FullKvAddressing};
+pub use speech_block::{
+    ConvStem, CrossDecoderBlock, EncoderBlock, Heads, LnCrossAttention, LnMlp, LnSelfAttention,
+};
 pub use workspace::{Workspace, WorkspaceShape};
 
 use super::act_round::Numerics;

@@ -1,0 +1,343 @@
+//! The decoder of one window: `n_seqs` token sequences (beams) stepped
+//! together, each with its own self-attention cache ([`BeamKv`]: one page
+//! of `n_text_ctx` rows per sequence and layer), all sharing the window's
+//! cross-attention keys.
+
+use std::sync::Arc;
+
+use super::WhisperModel;
+use crate::error::{ModelError, Result};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording};
+use crate::models::speech::SpeechDecoder;
+use crate::ops::backend::CopyCall;
+use crate::ops::kv_store::{CacheAddressing, KvAttention, LayerCall, LayerKv};
+use crate::ops::plan::{Forward, FullKv, FullKvAddressing, Workspace, WorkspaceShape};
+
+/// One cache set: K and V buffers of every layer, `cap` sequences of
+/// `n_ctx` f16 rows each.
+struct CacheSet {
+    layers: Vec<(Arc<Buffer>, Arc<Buffer>)>,
+    cap: usize,
+}
+
+impl CacheSet {
+    fn new(
+        ctx: &Arc<GpuContext>,
+        n_layer: usize,
+        cap: usize,
+        n_ctx: usize,
+        width: usize,
+    ) -> Result<Self> {
+        let bytes = (2 * cap * n_ctx * width) as u64;
+        let layers = (0..n_layer)
+            .map(|il| {
+                Ok((
+                    Buffer::new(ctx, bytes, MemoryKind::Device, &format!("self k {il}"))?,
+                    Buffer::new(ctx, bytes, MemoryKind::Device, &format!("self v {il}"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(CacheSet { layers, cap })
+    }
+}
+
+fn int_buffer(ctx: &Arc<GpuContext>, v: &[i32], name: &str) -> Result<Arc<Buffer>> {
+    let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, name)?;
+    b.write_slice(0, v)?;
+    Ok(b)
+}
+
+/// The self-attention caches of a decoder's sequences: sequence `s` owns
+/// page `s` (`n_ctx` rows) of every layer's cache; reordering copies pages
+/// into a second set and swaps the two.
+pub(super) struct BeamKv {
+    n_ctx: usize,
+    width: usize,
+    cur: CacheSet,
+    spare: Option<CacheSet>,
+    page_table: Arc<Buffer>,
+    /// Per token of a call, its sequence (the index of its page).
+    seq_base: Arc<Buffer>,
+    n_seqs: usize,
+}
+
+impl BeamKv {
+    fn new(
+        ctx: &Arc<GpuContext>,
+        n_layer: usize,
+        n_seqs: usize,
+        n_ctx: usize,
+        width: usize,
+    ) -> Result<Self> {
+        let cap = n_seqs.max(1);
+        let table: Vec<i32> = (0..cap as i32).collect();
+        Ok(BeamKv {
+            n_ctx,
+            width,
+            cur: CacheSet::new(ctx, n_layer, cap, n_ctx, width)?,
+            spare: None,
+            page_table: int_buffer(ctx, &table, "beam page table")?,
+            seq_base: int_buffer(ctx, &vec![0; cap * n_ctx], "beam sequence of token")?,
+            n_seqs,
+        })
+    }
+
+    /// Sequence `i` becomes a copy of the first `n_past` rows of sequence
+    /// `source[i]`.
+    fn reorder(
+        &mut self,
+        ctx: &Arc<GpuContext>,
+        model: &WhisperModel,
+        source: &[usize],
+        n_past: usize,
+    ) -> Result<()> {
+        let n_layer = self.cur.layers.len();
+        let need = source.len().max(1);
+        if self.spare.as_ref().is_none_or(|s| s.cap < need) {
+            self.spare = Some(CacheSet::new(
+                ctx,
+                n_layer,
+                need.max(self.cur.cap),
+                self.n_ctx,
+                self.width,
+            )?);
+        }
+        let Some(spare) = self.spare.take() else {
+            return Err(ModelError::Internal("no spare cache".into()));
+        };
+        if n_past > 0 {
+            let page = (2 * self.n_ctx * self.width) as u64;
+            let bytes = (2 * n_past * self.width) as u64;
+            let kernels = model.planner.plan(ctx, 1, true).kernels();
+            let mut rec = Recording::new(ctx, false)?;
+            for ((k, v), (sk, sv)) in self.cur.layers.iter().zip(&spare.layers) {
+                for (i, &s) in source.iter().enumerate() {
+                    for (src, dst) in [(k, sk), (v, sv)] {
+                        let call = CopyCall {
+                            src,
+                            src_offset: s as u64 * page,
+                            dst,
+                            dst_offset: i as u64 * page,
+                            bytes,
+                        };
+                        kernels.copy(&mut rec, &call)?;
+                    }
+                }
+            }
+            rec.finish()?;
+            rec.submit_and_wait()?;
+        }
+        let old = std::mem::replace(&mut self.cur, spare);
+        self.spare = Some(old);
+        if self.cur.cap > self.page_capacity() {
+            let table: Vec<i32> = (0..self.cur.cap as i32).collect();
+            self.page_table = int_buffer(ctx, &table, "beam page table")?;
+            self.seq_base = int_buffer(
+                ctx,
+                &vec![0; self.cur.cap * self.n_ctx],
+                "beam sequence of token",
+            )?;
+        }
+        self.n_seqs = source.len();
+        Ok(())
+    }
+
+    fn page_capacity(&self) -> usize {
+        (self.page_table.size() / 4) as usize
+    }
+}
+
+impl KvAttention for BeamKv {
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn layer_kv<'a>(&'a self, call: LayerCall<'a>) -> Result<LayerKv<'a>> {
+        let (k, v) =
+            self.cur.layers.get(call.il).ok_or_else(|| {
+                ModelError::Internal(format!("no self-attention layer {}", call.il))
+            })?;
+        if call.n_tokens > (self.seq_base.size() / 4) as usize {
+            return Err(ModelError::Internal(format!(
+                "{} tokens in one call",
+                call.n_tokens
+            )));
+        }
+        Ok(LayerKv {
+            k,
+            v,
+            at: CacheAddressing {
+                positions: call.positions,
+                page_table: &self.page_table,
+                seq_base: &self.seq_base,
+                page_size: self.n_ctx,
+                ring: 0,
+            },
+        })
+    }
+
+    fn one_per_sequence(&self, n_tokens: usize) -> bool {
+        n_tokens == self.n_seqs
+    }
+}
+
+/// A [`SpeechDecoder`] of a [`WhisperModel`].
+pub(super) struct WhisperDecoder<'m> {
+    model: &'m WhisperModel,
+    cross: Arc<Vec<FullKv>>,
+    cross_at: FullKvAddressing,
+    kv: BeamKv,
+    ws: Option<Workspace>,
+    host_logits: Option<Arc<Buffer>>,
+    n_past: usize,
+}
+
+impl<'m> WhisperDecoder<'m> {
+    pub(super) fn new(
+        model: &'m WhisperModel,
+        cross: Arc<Vec<FullKv>>,
+        n_seqs: usize,
+    ) -> Result<Self> {
+        let hp = model.hparams;
+        if n_seqs == 0 {
+            return Err(ModelError::invalid("n_seqs", "a decoder of no sequences"));
+        }
+        let ctx = model.context();
+        Ok(WhisperDecoder {
+            model,
+            cross,
+            cross_at: FullKvAddressing::new(ctx, hp.n_audio_ctx, n_seqs * hp.n_text_ctx)?,
+            kv: BeamKv::new(ctx, hp.n_text_layer, n_seqs, hp.n_text_ctx, hp.n_text_state)?,
+            ws: None,
+            host_logits: None,
+            n_past: 0,
+        })
+    }
+
+    /// A workspace for calls of `n` tokens and `rows` logit rows.
+    fn workspace(&mut self, n: usize, rows: usize) -> Result<(Workspace, Arc<Buffer>)> {
+        let fits = self
+            .ws
+            .as_ref()
+            .is_some_and(|ws| ws.max_tokens >= n && ws.max_logit_rows >= rows);
+        if !fits {
+            let hp = self.model.hparams;
+            let d = hp.n_text_state;
+            let shape = WorkspaceShape {
+                n_embd: d,
+                n_q: d,
+                n_kv: d,
+                n_ff: 4 * d,
+                n_vocab: hp.n_vocab,
+            };
+            let ws = Workspace::new(self.model.context(), shape, n, rows, false)?;
+            if ws.max_logit_rows < rows {
+                return Err(ModelError::invalid(
+                    "n_seqs",
+                    format!("{rows} rows of logits"),
+                ));
+            }
+            self.host_logits = Some(ws.host_logits("whisper logits")?);
+            self.ws = Some(ws);
+        }
+        match (&self.ws, &self.host_logits) {
+            (Some(ws), Some(h)) => Ok((ws.clone(), h.clone())),
+            _ => Err(ModelError::Internal("no decoder workspace".into())),
+        }
+    }
+}
+
+impl SpeechDecoder for WhisperDecoder<'_> {
+    fn n_seqs(&self) -> usize {
+        self.kv.n_seqs
+    }
+
+    fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    fn step(&mut self, tokens: &[&[u32]]) -> Result<Vec<f32>> {
+        let hp = self.model.hparams;
+        let n_seqs = self.kv.n_seqs;
+        let m = tokens.first().map_or(0, |t| t.len());
+        if tokens.len() != n_seqs || m == 0 || tokens.iter().any(|t| t.len() != m) {
+            return Err(ModelError::invalid(
+                "tokens",
+                format!(
+                    "{} sequences of {:?} tokens for {n_seqs} sequences",
+                    tokens.len(),
+                    tokens.iter().map(|t| t.len()).collect::<Vec<_>>()
+                ),
+            ));
+        }
+        if self.n_past + m > hp.n_text_ctx {
+            return Err(ModelError::ContextFull {
+                n_ctx: hp.n_text_ctx,
+                requested: self.n_past + m,
+            });
+        }
+        if let Some(&bad) = tokens
+            .iter()
+            .flat_map(|t| t.iter())
+            .find(|&&t| t as usize >= hp.n_vocab)
+        {
+            return Err(ModelError::invalid(
+                "token id",
+                format!("{bad} of a vocabulary of {}", hp.n_vocab),
+            ));
+        }
+        let n = n_seqs * m;
+        let (ws, host) = self.workspace(n, n_seqs)?;
+        let ids: Vec<i32> = tokens
+            .iter()
+            .flat_map(|t| t.iter().map(|&v| v as i32))
+            .collect();
+        let pos: Vec<i32> = (0..n).map(|t| (self.n_past + t % m) as i32).collect();
+        let base: Vec<i32> = (0..n).map(|t| (t / m) as i32).collect();
+        ws.ids.write_slice(0, &ids)?;
+        ws.positions.write_slice(0, &pos)?;
+        self.kv.seq_base.write_slice(0, &base)?;
+        let model = self.model;
+        let mut rec = Recording::new(model.context(), false)?;
+        {
+            let mut f = Forward::new(&mut rec, model.planner, &ws, n)?.with_cache(&self.kv);
+            f.embed_with_positions(&model.tok_emb.weight, &model.dec_pos)?;
+            for (il, cross) in self.cross.iter().enumerate() {
+                f.cross_decoder_block(il, &model.text_block(il)?, cross, &self.cross_at)?;
+            }
+            f.last_logits(model.ln.norm(), &model.tok_emb, m, &host)?;
+        }
+        rec.finish()?;
+        rec.submit_and_wait()?;
+        let mut out = vec![0.0f32; n_seqs * hp.n_vocab];
+        host.read_slice(0, &mut out)?;
+        self.n_past += m;
+        Ok(out)
+    }
+
+    fn reorder(&mut self, source: &[usize]) -> Result<()> {
+        if let Some(&bad) = source.iter().find(|&&s| s >= self.kv.n_seqs) {
+            return Err(ModelError::invalid(
+                "reorder",
+                format!("sequence {bad} of {}", self.kv.n_seqs),
+            ));
+        }
+        if source.is_empty() {
+            return Err(ModelError::invalid("reorder", "no sequences"));
+        }
+        let max_queries = source.len() * self.model.hparams.n_text_ctx;
+        if max_queries > self.cross_at.max_queries {
+            self.cross_at = FullKvAddressing::new(
+                self.model.context(),
+                self.model.hparams.n_audio_ctx,
+                max_queries,
+            )?;
+        }
+        let ctx = self.model.context().clone();
+        self.kv.reorder(&ctx, self.model, source, self.n_past)
+    }
+
+    fn reset(&mut self) {
+        self.n_past = 0;
+    }
+}

@@ -1,0 +1,31 @@
+//! Elementwise functions on the host (the exact GELU, the copy and their
+//! adding forms), rows spread over the cores.
+
+use rayon::prelude::*;
+
+use super::Rows;
+use crate::error::Result;
+use crate::gpu::{HostStep, Recording};
+use crate::ops::unary::{UnaryCall, unary_ref};
+
+/// Records `out (+)= op(x)`.
+pub(super) fn record(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
+    call.check()?;
+    let (x, out, op, add) = (Rows::of(&call.x), Rows::of(&call.out), call.op, call.add);
+    rec.host(HostStep::new("unary", move |mem| {
+        let cols = x.cols.max(1);
+        let mut ys = x.to_vec(mem)?;
+        ys.par_chunks_mut(cols)
+            .for_each(|row| row.iter_mut().for_each(|v| *v = unary_ref(op, *v)));
+        let mut d = out.write::<f32>(mem)?;
+        for (r, src) in ys.chunks_exact(cols).enumerate() {
+            let row = out.row_mut(&mut d, r);
+            if add {
+                row.iter_mut().zip(src).for_each(|(o, &v)| *o += v);
+            } else {
+                row.copy_from_slice(src);
+            }
+        }
+        Ok(())
+    }))
+}
