@@ -118,8 +118,8 @@ pub struct combs_segment {
 pub type combs_segment_callback =
     Option<unsafe extern "C" fn(seg: *const combs_segment, user_data: *mut c_void) -> i32>;
 
-/// openai-whisper's defaults: greedy at temperature 0 with fallback by 0.2
-/// up to 1.0, best-of 5, thresholds 2.4 / -1 / 0.6, previous text as
+/// openai-whisper's `transcribe()` defaults: greedy at temperature 0 with
+/// fallback by 0.2 up to 1.0, one sample per fallback, thresholds 2.4 / -1 / 0.6, previous text as
 /// prompt, timestamps on, language detected.
 #[unsafe(no_mangle)]
 pub extern "C" fn combs_transcribe_default_options() -> combs_transcribe_options {
@@ -127,8 +127,8 @@ pub extern "C" fn combs_transcribe_default_options() -> combs_transcribe_options
     let o = combs_transcribe_options {
         language: std::ptr::null(),
         task: combs_task::COMBS_TASK_TRANSCRIBE,
-        beam_size: 1,
-        best_of: 5,
+        beam_size: d.beam_size as i32,
+        best_of: d.best_of as i32,
         temperature: 0.0,
         temperature_increment: 0.2,
         compression_ratio_threshold: d.compression_ratio_threshold.unwrap_or(f32::NAN),
@@ -321,4 +321,174 @@ pub unsafe extern "C" fn combs_transcribe(
         transcribe(m.model.as_ref(), &samples, &opts, &mut sink)?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ffi::guard::last_error_ptr;
+    use crate::runtime::transcribe::mock::{MockModel, favour, word};
+
+    const TB: u32 = 50363;
+
+    /// Says " hello" from 0 to 1 s in every window, then ends.
+    fn model() -> combs_speech_model {
+        let m = MockModel::new(
+            51864,
+            Box::new(|_, seq| {
+                let at = seq
+                    .iter()
+                    .rposition(|&t| (50257..TB).contains(&t))
+                    .map_or(0, |i| i + 1);
+                let tok = match seq.len() - at {
+                    0 => TB,
+                    1 => word(0),
+                    2 => TB + 50,
+                    _ => 50256,
+                };
+                favour(51864, &[(tok, 10.0)])
+            }),
+        );
+        combs_speech_model { model: Arc::new(m) }
+    }
+
+    fn last_error() -> String {
+        // SAFETY: this thread's NUL-terminated message.
+        unsafe { CStr::from_ptr(last_error_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[derive(Default)]
+    struct Seen {
+        texts: Vec<String>,
+        spans: Vec<(f64, f64)>,
+        tokens: Vec<Vec<i32>>,
+        language: String,
+        stop_after: usize,
+    }
+
+    unsafe extern "C" fn collect(seg: *const combs_segment, user: *mut c_void) -> i32 {
+        // SAFETY: combs passes a valid segment and our Seen.
+        let (seg, seen) = unsafe { (&*seg, &mut *user.cast::<Seen>()) };
+        // SAFETY: valid during the callback, per the contract under test.
+        let text = unsafe { CStr::from_ptr(seg.text) }.to_string_lossy().into_owned();
+        assert_eq!(text.len(), seg.text_len);
+        // SAFETY: as above.
+        let tokens = unsafe { std::slice::from_raw_parts(seg.tokens, seg.n_tokens) }.to_vec();
+        // SAFETY: as above.
+        seen.language = unsafe { CStr::from_ptr(seg.language) }.to_string_lossy().into_owned();
+        seen.texts.push(text);
+        seen.spans.push((seg.t0, seg.t1));
+        seen.tokens.push(tokens);
+        i32::from(seen.texts.len() >= seen.stop_after)
+    }
+
+    fn run(
+        m: *const combs_speech_model,
+        pcm: &[f32],
+        rate: u32,
+        opts: Option<&combs_transcribe_options>,
+        seen: &mut Seen,
+    ) -> combs_status {
+        let o = opts.map_or(std::ptr::null(), std::ptr::from_ref);
+        // SAFETY: valid pointers, lengths and callback.
+        unsafe {
+            combs_transcribe(
+                m,
+                pcm.as_ptr(),
+                pcm.len(),
+                rate,
+                o,
+                Some(collect),
+                std::ptr::from_mut(seen).cast(),
+            )
+        }
+    }
+
+    fn noise(n: usize) -> Vec<f32> {
+        let mut rng = crate::runtime::rng::Rng::new(n as u64);
+        (0..n).map(|_| (rng.next_f64() as f32 - 0.5) * 0.2).collect()
+    }
+
+    #[test]
+    fn transcribe_delivers_segments_and_stops_on_nonzero() {
+        let m = model();
+        // 45 s at 8 kHz: two windows, each " hello" at its start.
+        let pcm = noise(8000 * 45);
+        let mut seen = Seen {
+            stop_after: usize::MAX,
+            ..Default::default()
+        };
+        assert_eq!(run(&m, &pcm, 8000, None, &mut seen), combs_status::COMBS_OK, "{}", last_error());
+        assert_eq!(seen.texts, vec![" hello", " hello"]);
+        assert_eq!(seen.spans, vec![(0.0, 1.0), (30.0, 31.0)]);
+        assert_eq!(seen.tokens[0], vec![TB as i32, word(0) as i32, (TB + 50) as i32]);
+        assert_eq!(seen.language, "en");
+        let mut seen = Seen {
+            stop_after: 1,
+            ..Default::default()
+        };
+        assert_eq!(run(&m, &pcm, 8000, None, &mut seen), combs_status::COMBS_OK);
+        assert_eq!(seen.texts.len(), 1);
+    }
+
+    #[test]
+    fn transcribe_bad_input_is_invalid_argument() {
+        use combs_status::COMBS_ERR_INVALID_ARGUMENT as INVALID;
+        let m = model();
+        let pcm = noise(16000);
+        let mut seen = Seen::default();
+        let mut check = |got: combs_status, text: &str| {
+            let msg = last_error();
+            assert_eq!(got, INVALID, "{msg}");
+            assert!(msg.starts_with("combs_transcribe: ") && msg.contains(text), "`{msg}` lacks `{text}`");
+        };
+        check(run(std::ptr::null(), &pcm, 16000, None, &mut seen), "`m`");
+        check(run(&m, &[], 16000, None, &mut seen), "empty");
+        check(run(&m, &[0.0, f32::NAN, 0.0], 16000, None, &mut seen), "NaN");
+        check(run(&m, &[0.0, f32::INFINITY], 16000, None, &mut seen), "inf");
+        check(run(&m, &pcm, 0, None, &mut seen), "sample_rate");
+        check(run(&m, &pcm, 100_000_000, None, &mut seen), "sample_rate");
+        // SAFETY: NULL pcm with samples promised must be refused, not read.
+        let s = unsafe { combs_transcribe(&m, std::ptr::null(), 10, 16000, std::ptr::null(), None, std::ptr::null_mut()) };
+        check(s, "pcm");
+        let d = combs_transcribe_default_options();
+        let lang = c"klingon";
+        let bad = [
+            (combs_transcribe_options { beam_size: 0, ..d }, "beam_size"),
+            (combs_transcribe_options { best_of: -3, ..d }, "best_of"),
+            (combs_transcribe_options { temperature: -0.5, ..d }, "temperature"),
+            (combs_transcribe_options { temperature: f32::NAN, ..d }, "temperature"),
+            (combs_transcribe_options { max_tokens_per_window: -1, ..d }, "max_tokens_per_window"),
+            (combs_transcribe_options { language: lang.as_ptr(), ..d }, "klingon"),
+            (combs_transcribe_options { task: combs_task::COMBS_TASK_TRANSLATE, ..d }, "translate"),
+        ];
+        for (o, text) in bad {
+            check(run(&m, &pcm, 16000, Some(&o), &mut seen), text);
+        }
+        // A task value outside the enum, as C may store it.
+        let mut raw = raw_defaults(&d);
+        raw.task = 7;
+        let o: *const combs_transcribe_options = std::ptr::from_ref(&raw).cast();
+        // SAFETY: the raw struct has the options' layout.
+        let s = unsafe { combs_transcribe(&m, pcm.as_ptr(), pcm.len(), 16000, o, None, std::ptr::null_mut()) };
+        check(s, "combs_task");
+        assert!(seen.texts.is_empty());
+    }
+
+    #[test]
+    fn default_options_match_rust_defaults() {
+        let d = combs_transcribe_default_options();
+        // SAFETY: default strings are NULL.
+        let o = unsafe { convert(&raw_defaults(&d)) }.expect("defaults convert");
+        let r = TranscribeOptions::default();
+        assert_eq!(o.temperatures, r.temperatures);
+        assert_eq!(o.logprob_threshold, r.logprob_threshold);
+        assert_eq!(o.beam_size, 1);
+        assert!(o.language.is_none() && o.timestamps && o.condition_on_previous_text);
+    }
 }

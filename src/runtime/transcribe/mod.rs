@@ -25,7 +25,7 @@ pub mod window;
 pub mod writers;
 
 #[cfg(test)]
-mod mock;
+pub(crate) mod mock;
 #[cfg(test)]
 mod tests;
 

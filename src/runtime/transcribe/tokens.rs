@@ -22,8 +22,7 @@ impl<'v> DecodeTokens<'v> {
     /// The decoding view of `vocab`.
     ///
     /// # Errors
-    /// A vocabulary that cannot encode text (a byte without a token), or
-    /// whose special ids do not fit its size.
+    /// A vocabulary whose special ids do not fit its size.
     pub fn new(vocab: &'v WhisperVocab) -> Result<Self> {
         let s = vocab.specials;
         if s.timestamp_begin as usize >= vocab.n_vocab {
