@@ -165,3 +165,77 @@ fn bad_features_are_errors() {
     let other = WhisperModel::load(&ctx, &src, &LoadOptions::default()).expect("load");
     assert!(other.decoder(&audio, 1).is_err(), "states of another model");
 }
+
+/// The random model as whisper.cpp's file, in its tensor order.
+fn write_bin(src: &HostWhisper, weight_type: QuantType, path: &std::path::Path) {
+    use combs::formats::whisper_bin::{WhisperBinWriter, expected_tensors};
+    let mut w = WhisperBinWriter::new(
+        src.hparams,
+        weight_type,
+        src.mel_filters.clone(),
+        src.vocab.pieces.clone(),
+    )
+    .expect("writer");
+    for t in expected_tensors(&src.hparams) {
+        let (qt, ne, bytes) = &src.tensors[&t.name];
+        w.add_tensor(&t.name, *qt, ne, bytes.clone())
+            .expect("tensor");
+    }
+    w.write_file(path).expect("write");
+}
+
+#[test]
+fn load_speech_model_reads_whisper_cpp_files_and_refuses_others() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper bin");
+    let src = HostWhisper::random(small(), QuantType::Q8_0, rng.next_u64()).expect("random model");
+    let dir = std::env::temp_dir().join(format!("combs-wforward-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("small.bin");
+    write_bin(&src, QuantType::Q8_0, &path);
+    let opts = LoadOptions::default();
+    let dev = combs::models::load_speech_model(&ctx, &path, &opts).expect("load .bin");
+    assert_eq!(*dev.hparams(), small());
+    let file = combs::formats::whisper_bin::WhisperFile::open(&path).expect("open");
+    let re = WhisperReference::load(&file).expect("reference");
+    compare(dev.as_ref(), &re, &features(&mut rng, 80), 1e-3, "bin file");
+
+    // A text model's GGUF is not a speech model, nor the reverse.
+    let gguf = dir.join("text.gguf");
+    std::fs::write(&gguf, b"GGUF\x03\x00\x00\x00").expect("write");
+    let err = combs::models::load_speech_model(&ctx, &gguf, &opts)
+        .err()
+        .expect("gguf refused");
+    assert!(err.to_string().contains("GGUF"), "{err}");
+    let err = combs::runtime::Model::load(&ctx, &path, &opts)
+        .err()
+        .expect("bin refused");
+    assert!(err.to_string().contains("speech"), "{err}");
+    // A truncated file is an error, not a crash.
+    let bytes = std::fs::read(&path).expect("read");
+    let cut = dir.join("cut.bin");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    assert!(combs::models::load_speech_model(&ctx, &cut, &opts).is_err());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The real tiny.en (`COMBS_WHISPER_MODEL=path/ggml-tiny.en.bin`): the device
+/// model against the reference on one window, with the encoder's time.
+#[test]
+fn real_model_matches_reference() {
+    let Ok(path) = std::env::var("COMBS_WHISPER_MODEL") else {
+        eprintln!("COMBS_WHISPER_MODEL not set: skipped");
+        return;
+    };
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper real");
+    let file =
+        combs::formats::whisper_bin::WhisperFile::open(std::path::Path::new(&path)).expect("open");
+    let dev = WhisperModel::load(&ctx, &file, &LoadOptions::default()).expect("load");
+    let mel = features(&mut rng, file.hparams.n_mels);
+    let t = std::time::Instant::now();
+    dev.encode(&mel).expect("encode");
+    eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
+    let re = WhisperReference::load(&file).expect("reference");
+    compare(&dev, &re, &mel, 1e-3, "real");
+}

@@ -18,6 +18,7 @@ pub mod registry;
 pub mod scratch;
 pub mod spec;
 pub mod speech;
+pub mod speech_loader;
 pub mod synth;
 pub mod whisper;
 pub mod whisper_reference;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 pub use registry::{LoadOptions, ModelRegistry};
 pub use scratch::Scratch;
 pub use spec::{ArchSpec, Family, LayerKind};
+pub use speech_loader::load_speech_model;
 
 use crate::error::Result;
 use crate::gpu::{GpuContext, Recording};

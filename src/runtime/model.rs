@@ -58,7 +58,8 @@ impl Model {
                 ),
             });
         }
-        let g = GgufFile::open(path)?;
+        let g = GgufFile::open(path)
+            .map_err(|e| crate::models::speech_loader::speech_file_hint(path, e))?;
         let tokenizer = Tokenizer::from_gguf(&g)?;
         let weights = ModelRegistry::new().load(ctx, &g, opts)?;
         if tokenizer.n_vocab() > weights.spec().n_vocab {

@@ -281,3 +281,25 @@ impl HostWhisper {
         })
     }
 }
+
+impl WhisperSource for crate::formats::whisper_bin::WhisperFile {
+    fn hparams(&self) -> WhisperHparams {
+        self.hparams
+    }
+
+    fn mel_filters(&self) -> &[f32] {
+        &self.mel_filters
+    }
+
+    fn vocab(&self) -> &WhisperVocab {
+        &self.vocab
+    }
+
+    fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        crate::formats::whisper_bin::WhisperFile::tensor(self, name).map(|t| TensorView {
+            qtype: t.qtype,
+            ne: t.ne,
+            bytes: t.bytes,
+        })
+    }
+}
