@@ -737,8 +737,8 @@ void combs_speech_model_free(struct combs_speech_model *m);
 // `m` is NULL or a live speech model.
 bool combs_speech_model_is_multilingual(const struct combs_speech_model *m);
 
-// openai-whisper's defaults: greedy at temperature 0 with fallback by 0.2
-// up to 1.0, best-of 5, thresholds 2.4 / -1 / 0.6, previous text as
+// openai-whisper's `transcribe()` defaults: greedy at temperature 0 with
+// fallback by 0.2 up to 1.0, one sample per fallback, thresholds 2.4 / -1 / 0.6, previous text as
 // prompt, timestamps on, language detected.
 struct combs_transcribe_options combs_transcribe_default_options(void);
 
