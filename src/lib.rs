@@ -4,6 +4,7 @@
 //! Layers, top to bottom: `ffi` (C API), `runtime`, `models`, `kv`, `ops`,
 //! `quant`, `formats`, `tokenizer`, `gpu`. See `DESIGN.md` for the map.
 
+pub mod audio;
 pub mod error;
 pub mod ffi;
 pub mod formats;

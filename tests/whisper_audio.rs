@@ -1,0 +1,553 @@
+//! The audio front end: WAV decoding of every PCM layout (files written by
+//! hound from fresh random samples), FLAC through symphonia, stereo
+//! mixdown, resampling (a random sine keeps its frequency, amplitude and
+//! phase), input validation, and the log-mel features of every test clip
+//! against faster-whisper 1.2.1's `FeatureExtractor` (fixtures made by
+//! `scripts/make-whisper-fixtures.py`).
+//!
+//! The clip tests need `scripts/fetch-test-audio.sh` (pip, espeak-ng, sox;
+//! ~1 MB in `~/.cache/combs/audio`). When the audio cache is absent they
+//! print what to run and pass without checking; everything else always
+//! runs.
+
+mod common;
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use combs::ModelError;
+use combs::audio::{self, DecodedAudio, decode_bytes, log_mel, mix_to_mono, resample};
+use combs::models::speech::{HOP_LENGTH, N_FRAMES};
+use common::Rng;
+use sha2::{Digest, Sha256};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whisper")
+}
+
+fn audio_cache() -> PathBuf {
+    let base = std::env::var_os("COMBS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/combs")
+        });
+    base.join("audio")
+}
+
+fn read_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn mel_filters_80() -> Vec<f32> {
+    read_f32(&fixtures().join("mel_filters_80.f32"))
+}
+
+fn json(name: &str) -> serde_json::Value {
+    let path = fixtures().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn sha256_f32(samples: &[f32]) -> String {
+    let mut h = Sha256::new();
+    for s in samples {
+        h.update(s.to_le_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What ffmpeg's conversion to s16 (faster-whisper's `decode_audio`) makes
+/// of float samples.
+fn as_s16(samples: &[f32]) -> Vec<f32> {
+    samples
+        .iter()
+        .map(|&s| (s * 32768.0).round().clamp(-32768.0, 32767.0) / 32768.0)
+        .collect()
+}
+
+// ---------------------------------------------------------------- decoding
+
+fn wav_bytes(
+    spec: hound::WavSpec,
+    write: impl FnOnce(&mut hound::WavWriter<&mut Cursor<Vec<u8>>>),
+) -> Vec<u8> {
+    let mut cursor = Cursor::new(Vec::new());
+    {
+        let mut w = hound::WavWriter::new(&mut cursor, spec).unwrap();
+        write(&mut w);
+        w.finalize().unwrap();
+    }
+    cursor.into_inner()
+}
+
+#[test]
+fn wav_integer_formats_decode_exactly() {
+    let mut rng = Rng::fresh("wav_integer_formats");
+    for bits in [8u16, 16, 24, 32] {
+        for channels in [1u16, 2, 3] {
+            let spec = hound::WavSpec {
+                channels,
+                sample_rate: 8000 + rng.below(40_000) as u32,
+                bits_per_sample: bits,
+                sample_format: hound::SampleFormat::Int,
+            };
+            let n = (1 + rng.below(500)) * usize::from(channels);
+            let lim = 1i64 << (bits - 1);
+            let ints: Vec<i32> = (0..n)
+                .map(|_| (rng.next_u64() % (2 * lim as u64)) as i64 - lim)
+                .map(|v| v as i32)
+                .collect();
+            let bytes = wav_bytes(spec, |w| {
+                for &v in &ints {
+                    if bits == 8 {
+                        w.write_sample(v as i8).unwrap();
+                    } else {
+                        w.write_sample(v).unwrap();
+                    }
+                }
+            });
+            let got = decode_bytes(&bytes).unwrap();
+            assert_eq!(got.sample_rate, spec.sample_rate);
+            assert_eq!(got.channels, usize::from(channels));
+            let want: Vec<f32> = ints
+                .iter()
+                .map(|&v| (f64::from(v) / lim as f64) as f32)
+                .collect();
+            assert_eq!(got.samples, want, "{bits}-bit x {channels}");
+            assert!(got.samples.iter().all(|s| (-1.0..1.0).contains(s)));
+        }
+    }
+}
+
+#[test]
+fn wav_float32_decodes_exactly() {
+    let mut rng = Rng::fresh("wav_float32");
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 22_050,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let samples = rng.normals(2 * 777, 0.3);
+    let bytes = wav_bytes(spec, |w| {
+        samples.iter().for_each(|&s| w.write_sample(s).unwrap())
+    });
+    let got = decode_bytes(&bytes).unwrap();
+    assert_eq!((got.sample_rate, got.channels), (22_050, 2));
+    assert_eq!(got.samples, samples);
+}
+
+/// A WAVE_FORMAT_IEEE_FLOAT file with 64-bit samples, which hound refuses
+/// and symphonia reads.
+fn wav_f64(samples: &[f64], channels: u16, rate: u32) -> Vec<u8> {
+    let data_len = (samples.len() * 8) as u32;
+    let mut b = Vec::new();
+    b.extend_from_slice(b"RIFF");
+    b.extend_from_slice(&(36 + data_len).to_le_bytes());
+    b.extend_from_slice(b"WAVEfmt ");
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&3u16.to_le_bytes());
+    b.extend_from_slice(&channels.to_le_bytes());
+    b.extend_from_slice(&rate.to_le_bytes());
+    b.extend_from_slice(&(rate * 8 * u32::from(channels)).to_le_bytes());
+    b.extend_from_slice(&(8 * channels).to_le_bytes());
+    b.extend_from_slice(&64u16.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&data_len.to_le_bytes());
+    for s in samples {
+        b.extend_from_slice(&s.to_le_bytes());
+    }
+    b
+}
+
+#[test]
+fn wav_float64_decodes() {
+    let mut rng = Rng::fresh("wav_float64");
+    let samples: Vec<f64> = (0..2 * 1500)
+        .map(|_| f64::from(rng.range(-1.0, 1.0)))
+        .collect();
+    let got = decode_bytes(&wav_f64(&samples, 2, 48_000)).unwrap();
+    assert_eq!((got.sample_rate, got.channels), (48_000, 2));
+    let want: Vec<f32> = samples.iter().map(|&s| s as f32).collect();
+    assert_eq!(got.samples, want);
+}
+
+#[test]
+fn stereo_mixes_down_to_the_mean() {
+    let mut rng = Rng::fresh("stereo_mixdown");
+    let frames = 1000 + rng.below(1000);
+    let left = rng.normals(frames, 0.2);
+    let right = rng.normals(frames, 0.2);
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 16_000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let bytes = wav_bytes(spec, |w| {
+        for (l, r) in left.iter().zip(&right) {
+            w.write_sample(*l).unwrap();
+            w.write_sample(*r).unwrap();
+        }
+    });
+    let DecodedAudio {
+        samples, channels, ..
+    } = decode_bytes(&bytes).unwrap();
+    let mono = mix_to_mono(&samples, channels).unwrap();
+    assert_eq!(mono.len(), frames);
+    for ((m, l), r) in mono.iter().zip(&left).zip(&right) {
+        assert!((m - (l + r) / 2.0).abs() <= 1e-7, "{m} vs ({l} + {r}) / 2");
+    }
+    // At 16 kHz the whole path is the mixdown alone.
+    assert_eq!(audio::prepare(&samples, 2, 16_000).unwrap(), mono);
+}
+
+// -------------------------------------------------------------- resampling
+
+/// Amplitude and phase of frequency `f` in `x` (sampled at `rate`), by
+/// correlation with a cosine and a sine over a whole number of periods.
+fn tone(x: &[f32], rate: f64, f: f64) -> (f64, f64) {
+    let period = rate / f;
+    let n = ((x.len() as f64 / period).floor() * period) as usize;
+    let (mut c, mut s) = (0.0, 0.0);
+    for (i, &v) in x[..n].iter().enumerate() {
+        let a = std::f64::consts::TAU * f * i as f64 / rate;
+        c += f64::from(v) * a.cos();
+        s += f64::from(v) * a.sin();
+    }
+    let amp = 2.0 * (c * c + s * s).sqrt() / n as f64;
+    (amp, s.atan2(c))
+}
+
+#[test]
+fn resampling_keeps_a_sine() {
+    let mut rng = Rng::fresh("resample_sine");
+    for from in [
+        8_000u32, 22_050, 44_100, 48_000, 11_025, 96_000, 32_000, 12_345, 16_001,
+    ] {
+        let f = f64::from(rng.range(100.0, 3_500.0));
+        let amp = f64::from(rng.range(0.1, 0.9));
+        let phase = f64::from(rng.range(0.0, 6.0));
+        let secs = 1.5;
+        let n = (secs * f64::from(from)) as usize;
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                (amp * (std::f64::consts::TAU * f * i as f64 / f64::from(from) + phase).cos())
+                    as f32
+            })
+            .collect();
+        let y = resample(&x, from, 16_000).unwrap();
+        let want_len = (n as f64 * 16_000.0 / f64::from(from)).ceil() as usize;
+        assert!(
+            y.len().abs_diff(want_len) <= 1,
+            "{from} Hz: {} samples, expected {want_len}",
+            y.len()
+        );
+        // Away from the ends (where the filter sees the signal start and
+        // stop), the output is the same sine sampled at 16 kHz.
+        let skip = 1600;
+        let mid = &y[skip..y.len() - skip];
+        let mut err = 0.0f64;
+        for (i, &v) in mid.iter().enumerate() {
+            let t = (i + skip) as f64 / 16_000.0;
+            let want = amp * (std::f64::consts::TAU * f * t + phase).cos();
+            err = err.max((f64::from(v) - want).abs());
+        }
+        let (got_amp, _) = tone(mid, 16_000.0, f);
+        eprintln!("{from} Hz, {f:.1} Hz: amp {got_amp:.4} vs {amp:.4}, max err {err:.2e}");
+        assert!(
+            (got_amp - amp).abs() < 1e-3 * amp,
+            "{from} Hz, {f:.1} Hz tone: amplitude {got_amp} vs {amp}"
+        );
+        assert!(
+            err < 1e-3,
+            "{from} Hz, {f:.1} Hz tone: max error {err} against the ideal 16 kHz sine"
+        );
+    }
+}
+
+#[test]
+fn resampling_removes_what_16khz_cannot_hold() {
+    // A 7 kHz tone survives 44.1 -> 16 kHz; an 11 kHz one (above the new
+    // Nyquist) must not fold back to 5 kHz.
+    let x: Vec<f32> = (0..44_100)
+        .map(|i| {
+            let t = i as f64 / 44_100.0;
+            (0.4 * (std::f64::consts::TAU * 7_000.0 * t).sin()
+                + 0.4 * (std::f64::consts::TAU * 11_000.0 * t).sin()) as f32
+        })
+        .collect();
+    let y = resample(&x, 44_100, 16_000).unwrap();
+    let mid = &y[1600..y.len() - 1600];
+    let (kept, _) = tone(mid, 16_000.0, 7_000.0);
+    let (alias, _) = tone(mid, 16_000.0, 5_000.0);
+    assert!(kept > 0.35, "7 kHz amplitude {kept}");
+    assert!(
+        alias < 0.004,
+        "11 kHz folded to 5 kHz with amplitude {alias}"
+    );
+}
+
+// ------------------------------------------------------------------ errors
+
+fn is_invalid(r: Result<impl std::fmt::Debug, ModelError>, name: &str) {
+    match r {
+        Err(ModelError::InvalidArgument { name: got, .. }) => assert_eq!(got, name),
+        other => panic!("expected InvalidArgument({name}), got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let filters = mel_filters_80();
+    is_invalid(log_mel(&[], &filters, 80, 160), "samples");
+    let mut x = vec![0.1f32; 4000];
+    x[1234] = f32::NAN;
+    is_invalid(log_mel(&x, &filters, 80, 160), "samples");
+    x[1234] = f32::INFINITY;
+    is_invalid(log_mel(&x, &filters, 80, 160), "samples");
+    is_invalid(audio::prepare(&x, 1, 16_000), "samples");
+    is_invalid(audio::prepare(&[], 1, 16_000), "samples");
+    let ok = vec![0.1f32; 4000];
+    is_invalid(
+        log_mel(&ok, &filters[..filters.len() - 1], 80, 160),
+        "filters",
+    );
+    is_invalid(log_mel(&ok, &filters, 0, 160), "n_mels");
+    is_invalid(log_mel(&ok[..100], &filters, 80, 0), "samples");
+    is_invalid(audio::prepare(&ok, 1, 0), "sample_rate");
+    is_invalid(audio::prepare(&ok, 1, 5_000_000), "sample_rate");
+    is_invalid(resample(&ok, 44_100, 0), "sample_rate");
+    is_invalid(audio::prepare(&ok, 0, 16_000), "channels");
+    is_invalid(audio::prepare(&ok[..3999], 2, 16_000), "samples");
+    let mel = log_mel(&ok, &filters, 80, 160).unwrap();
+    is_invalid(audio::window(&mel, mel.n_frames + 1), "start_frame");
+
+    // Files: garbage, a WAV cut inside its header, one cut inside its data.
+    let mut rng = Rng::fresh("bad_files");
+    let mut junk = vec![0u8; 1000];
+    rng.fill(&mut junk);
+    assert!(matches!(
+        decode_bytes(&junk),
+        Err(ModelError::Format { .. })
+    ));
+    assert!(matches!(decode_bytes(&[]), Err(ModelError::Format { .. })));
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let wav = wav_bytes(spec, |w| {
+        (0..1000).for_each(|i| w.write_sample(i as i16).unwrap())
+    });
+    assert!(matches!(
+        decode_bytes(&wav[..30]),
+        Err(ModelError::Format { .. })
+    ));
+    let cut = wav.len() - 501;
+    match decode_bytes(&wav[..cut]) {
+        Ok(a) => assert!(
+            a.samples.len() <= 750,
+            "{} samples from a cut file",
+            a.samples.len()
+        ),
+        Err(e) => assert!(matches!(e, ModelError::Format { .. }), "{e}"),
+    }
+    let missing = Path::new("/nonexistent/combs-test.wav");
+    assert!(matches!(
+        audio::load_audio(missing),
+        Err(ModelError::Io { .. })
+    ));
+}
+
+// ----------------------------------------------------------------- log-mel
+
+#[test]
+fn log_mel_shape_and_padding() {
+    let mut rng = Rng::fresh("log_mel_shape");
+    let filters = mel_filters_80();
+    let n = 16_000 + rng.below(16_000);
+    let x = rng.normals(n, 0.1);
+    let fw = log_mel(&x, &filters, 80, audio::mel::FASTER_WHISPER_PAD).unwrap();
+    assert_eq!(fw.n_frames, (n + 160) / HOP_LENGTH);
+    let oa = log_mel(&x, &filters, 80, audio::N_SAMPLES).unwrap();
+    assert_eq!(oa.n_frames, n / HOP_LENGTH + N_FRAMES);
+    assert_eq!(audio::content_frames(n), n / HOP_LENGTH);
+    // Frames over audio only are the same whatever silence follows, up to
+    // the floor (max - 8), which both place at the same maximum here.
+    let content = audio::content_frames(n);
+    let mut diff = 0.0f32;
+    for m in 0..80 {
+        for t in 0..content {
+            diff = diff.max((fw.data[m * fw.n_frames + t] - oa.data[m * oa.n_frames + t]).abs());
+        }
+    }
+    assert!(diff < 1e-6, "content frames differ by {diff}");
+    let w = audio::window_content(&oa, 0, content).unwrap();
+    assert_eq!((w.n_mels, w.n_frames), (80, N_FRAMES));
+    assert!(w.data[content..N_FRAMES].iter().all(|&v| v == 0.0));
+    assert!(w.data.iter().all(|v| v.is_finite()));
+    assert!(
+        w.data.iter().all(|&v| v <= 1.0 + 3.0),
+        "log-mel above the possible range"
+    );
+}
+
+#[test]
+fn log_mel_of_30s_is_fast() {
+    let mut rng = Rng::fresh("log_mel_speed");
+    let filters = mel_filters_80();
+    let x = rng.normals(30 * 16_000, 0.1);
+    let _ = log_mel(&x, &filters, 80, 160).unwrap();
+    let t = std::time::Instant::now();
+    let runs = 5;
+    for _ in 0..runs {
+        let _ = log_mel(&x, &filters, 80, audio::N_SAMPLES).unwrap();
+    }
+    let ms = t.elapsed().as_secs_f64() * 1e3 / f64::from(runs);
+    eprintln!("log-mel of 30 s + 30 s padding: {ms:.1} ms");
+    // Generous for a loaded 2-core CI machine; it is a few ms when idle.
+    assert!(ms < 200.0, "log-mel of 30 s took {ms:.1} ms");
+}
+
+/// The mel of `samples` against faster-whisper's kept frames; returns the
+/// max abs difference.
+fn mel_vs_fixture(samples: &[f32], clip: &str, meta: &serde_json::Value, filters: &[f32]) -> f32 {
+    let n_mels = meta["n_mels"].as_u64().unwrap() as usize;
+    let n_frames = meta["n_frames"].as_u64().unwrap() as usize;
+    let step = meta["frame_step"].as_u64().unwrap() as usize;
+    let pad = meta["pad_samples"].as_u64().unwrap() as usize;
+    let kept = read_f32(&fixtures().join(format!("features/{clip}.f32")));
+    let mel = log_mel(samples, filters, n_mels, pad).unwrap();
+    assert_eq!(
+        (mel.n_mels, mel.n_frames),
+        (n_mels, n_frames),
+        "{clip}: shape"
+    );
+    assert_eq!(
+        kept.len(),
+        n_frames.div_ceil(step) * n_mels,
+        "{clip}: fixture size"
+    );
+    let mut diff = 0.0f32;
+    for (k, frame) in kept.chunks_exact(n_mels).enumerate() {
+        for (m, &want) in frame.iter().enumerate() {
+            diff = diff.max((mel.data[m * n_frames + k * step] - want).abs());
+        }
+    }
+    let mean = mel.data.iter().map(|&v| f64::from(v)).sum::<f64>() / mel.data.len() as f64;
+    let want_mean = meta["mean"].as_f64().unwrap();
+    assert!(
+        (mean - want_mean).abs() < 1e-4,
+        "{clip}: mean {mean} vs {want_mean}"
+    );
+    let max = mel.data.iter().copied().fold(f32::MIN, f32::max);
+    assert!(
+        (f64::from(max) - meta["max"].as_f64().unwrap()).abs() < 1e-4,
+        "{clip}: max {max}"
+    );
+    diff
+}
+
+#[test]
+fn log_mel_matches_faster_whisper_on_every_clip() {
+    let cache = audio_cache();
+    if !cache.join("sample.wav").exists() {
+        eprintln!(
+            "SKIPPED: no test audio in {} (run scripts/fetch-test-audio.sh)",
+            cache.display()
+        );
+        return;
+    }
+    let clips = json("clips.json");
+    let features = json("features.json");
+    let filters = mel_filters_80();
+    let mut checked = 0;
+    for (clip, info) in clips.as_object().unwrap() {
+        let file = cache.join(info["file"].as_str().unwrap());
+        let want_sha = info["sha256_16k"].as_str().unwrap();
+        let meta = &features["clips"][clip];
+        let ours = audio::load_audio(&file).unwrap_or_else(|e| panic!("{clip}: {e}"));
+        assert_eq!(
+            ours.len(),
+            info["n_samples_16k"].as_u64().unwrap() as usize,
+            "{clip}: 16 kHz length"
+        );
+        // What faster-whisper read: our decoding exactly for 16 kHz integer
+        // files, our floats rounded to s16 for float files, and its own
+        // (ffmpeg-resampled) array, cached by the fixture script, otherwise.
+        let (samples, how) = if sha256_f32(&ours) == want_sha {
+            (ours.clone(), "decoded by combs")
+        } else if sha256_f32(&as_s16(&ours)) == want_sha {
+            (
+                as_s16(&ours),
+                "decoded by combs, rounded to s16 as ffmpeg does",
+            )
+        } else {
+            let path = cache.join(format!("ref16k/{clip}.s16"));
+            let Ok(bytes) = std::fs::read(&path) else {
+                eprintln!(
+                    "{clip}: resampled by combs, differs from ffmpeg; no {} to compare the mel on",
+                    path.display()
+                );
+                continue;
+            };
+            let theirs: Vec<f32> = bytes
+                .chunks_exact(2)
+                .map(|c| f32::from(i16::from_le_bytes([c[0], c[1]])) / 32768.0)
+                .collect();
+            assert_eq!(
+                sha256_f32(&theirs),
+                want_sha,
+                "{}: not the array of the fixtures",
+                path.display()
+            );
+            // Our resampler against ffmpeg's on the same file.
+            let (mut e, mut s) = (0.0f64, 0.0f64);
+            for (a, b) in ours.iter().zip(&theirs) {
+                e += f64::from(a - b).powi(2);
+                s += f64::from(*b).powi(2);
+            }
+            let snr = 10.0 * (s / e.max(1e-30)).log10();
+            eprintln!("{clip}: combs' resampling vs ffmpeg's: SNR {snr:.1} dB");
+            assert!(
+                snr > 30.0,
+                "{clip}: resampled audio differs from ffmpeg's (SNR {snr:.1} dB)"
+            );
+            (theirs, "faster-whisper's array from the cache")
+        };
+        let diff = mel_vs_fixture(&samples, clip, meta, &filters);
+        eprintln!("{clip}: max |mel - faster-whisper| = {diff:.2e} ({how})");
+        assert!(
+            diff <= 1e-3,
+            "{clip}: log-mel differs from faster-whisper's by {diff}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 9, "only {checked} clips compared");
+}
+
+#[test]
+fn flac_decodes_to_the_same_samples_as_its_wav() {
+    let cache = audio_cache();
+    let (flac, wav) = (
+        cache.join("espeak_flac.flac"),
+        cache.join("espeak_numbers.wav"),
+    );
+    if !flac.exists() || !wav.exists() {
+        eprintln!(
+            "SKIPPED: no test audio in {} (run scripts/fetch-test-audio.sh)",
+            cache.display()
+        );
+        return;
+    }
+    let a = audio::decode_file(&flac).unwrap();
+    let b = audio::decode_file(&wav).unwrap();
+    assert_eq!((a.sample_rate, a.channels), (b.sample_rate, b.channels));
+    assert_eq!(a.samples, b.samples);
+}
