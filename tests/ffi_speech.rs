@@ -1,5 +1,5 @@
 //! The speech C API as C calls it: `combs_speech_model_load` on bad files
-//! (missing, a GGUF text model, truncated, corrupt) gives its status and a
+//! (missing, a GGUF text model, truncated, empty) gives its status and a
 //! `combs_last_error()` naming the file, never a crash; a small random
 //! model written as a whisper.cpp file loads and transcribes fresh random
 //! audio end to end, its segments well formed (times within the audio and
@@ -138,14 +138,14 @@ fn speech_model_load_bad_arguments_and_files() {
     let (s, m) = rt.load(&dir.join("missing.bin"));
     expect(s, COMBS_ERR_IO, &["missing.bin"]);
     assert!(m.is_null());
-    // A GGUF (text model) header.
+    // A GGUF (text model) header: not a speech model.
     let gguf = dir.join("text.gguf");
     let mut bytes = b"GGUF".to_vec();
     bytes.extend_from_slice(&3u32.to_le_bytes());
     bytes.extend_from_slice(&[0u8; 64]);
     std::fs::write(&gguf, &bytes).expect("write");
     let (s, m) = rt.load(&gguf);
-    expect(s, COMBS_ERR_FORMAT, &["text.gguf"]);
+    expect(s, COMBS_ERR_UNSUPPORTED, &["text.gguf", "GGUF"]);
     assert!(m.is_null());
     // Truncated at random points, and random bytes flipped: an error, never a crash.
     let mut rng = Rng::fresh("speech_model_load_bad_arguments_and_files");
@@ -179,7 +179,8 @@ unsafe extern "C" fn collect(seg: *const combs_segment, user: *mut c_void) -> i3
     let (seg, seen) = unsafe { (&*seg, &mut *user.cast::<Seen>()) };
     // SAFETY: valid during the callback.
     let text = unsafe { CStr::from_ptr(seg.text) };
-    seen.texts.push(text.to_str().expect("UTF-8 text").to_string());
+    seen.texts
+        .push(text.to_str().expect("UTF-8 text").to_string());
     seen.spans.push((seg.t0, seg.t1));
     // SAFETY: as above.
     seen.tokens
@@ -187,7 +188,12 @@ unsafe extern "C" fn collect(seg: *const combs_segment, user: *mut c_void) -> i3
     0
 }
 
-fn transcribe(m: *const combs_speech_model, pcm: &[f32], rate: u32, o: &combs_transcribe_options) -> Seen {
+fn transcribe(
+    m: *const combs_speech_model,
+    pcm: &[f32],
+    rate: u32,
+    o: &combs_transcribe_options,
+) -> Seen {
     let mut seen = Seen::default();
     // SAFETY: live model, valid slices, callback and user data.
     let s = unsafe {
@@ -227,7 +233,11 @@ fn speech_random_model_transcribes_well_formed_segments() {
     let seen = transcribe(m, &pcm, rate, &o);
     let mut last = 0.0;
     for ((t0, t1), toks) in seen.spans.iter().zip(&seen.tokens) {
-        assert!(*t0 >= last - 1e-9 && t1 > t0 && *t1 <= seconds + 30.0, "{:?}", seen.spans);
+        assert!(
+            *t0 >= last - 1e-9 && t1 > t0 && *t1 <= seconds + 30.0,
+            "{:?}",
+            seen.spans
+        );
         assert!(toks.iter().all(|&t| (0..51864).contains(&t)));
         last = *t0;
     }

@@ -88,11 +88,12 @@ pub unsafe extern "C" fn combs_speech_model_load(
             show_progress: raw.is_some_and(|o| o.show_progress != 0),
             ..LoadOptions::default()
         };
-        let model = crate::models::load_speech_model(&rt.ctx, path, &load).map_err(|e| match e {
-            // I/O errors already name the file.
-            ModelError::Io { .. } => Failure::from(e),
-            e => Failure::from(e).context(path.display()),
-        })?;
+        let model =
+            crate::models::load_speech_model(&rt.ctx, path, &load).map_err(|e| match e {
+                // I/O errors already name the file.
+                ModelError::Io { .. } => Failure::from(e),
+                e => Failure::from(e).context(path.display()),
+            })?;
         Ok(combs_speech_model { model })
     };
     // SAFETY: per this function's contract.

@@ -375,12 +375,16 @@ mod tests {
         // SAFETY: combs passes a valid segment and our Seen.
         let (seg, seen) = unsafe { (&*seg, &mut *user.cast::<Seen>()) };
         // SAFETY: valid during the callback, per the contract under test.
-        let text = unsafe { CStr::from_ptr(seg.text) }.to_string_lossy().into_owned();
+        let text = unsafe { CStr::from_ptr(seg.text) }
+            .to_string_lossy()
+            .into_owned();
         assert_eq!(text.len(), seg.text_len);
         // SAFETY: as above.
         let tokens = unsafe { std::slice::from_raw_parts(seg.tokens, seg.n_tokens) }.to_vec();
         // SAFETY: as above.
-        seen.language = unsafe { CStr::from_ptr(seg.language) }.to_string_lossy().into_owned();
+        seen.language = unsafe { CStr::from_ptr(seg.language) }
+            .to_string_lossy()
+            .into_owned();
         seen.texts.push(text);
         seen.spans.push((seg.t0, seg.t1));
         seen.tokens.push(tokens);
@@ -411,7 +415,9 @@ mod tests {
 
     fn noise(n: usize) -> Vec<f32> {
         let mut rng = crate::runtime::rng::Rng::new(n as u64);
-        (0..n).map(|_| (rng.next_f64() as f32 - 0.5) * 0.2).collect()
+        (0..n)
+            .map(|_| (rng.next_f64() as f32 - 0.5) * 0.2)
+            .collect()
     }
 
     #[test]
@@ -423,10 +429,18 @@ mod tests {
             stop_after: usize::MAX,
             ..Default::default()
         };
-        assert_eq!(run(&m, &pcm, 8000, None, &mut seen), combs_status::COMBS_OK, "{}", last_error());
+        assert_eq!(
+            run(&m, &pcm, 8000, None, &mut seen),
+            combs_status::COMBS_OK,
+            "{}",
+            last_error()
+        );
         assert_eq!(seen.texts, vec![" hello", " hello"]);
         assert_eq!(seen.spans, vec![(0.0, 1.0), (30.0, 31.0)]);
-        assert_eq!(seen.tokens[0], vec![TB as i32, word(0) as i32, (TB + 50) as i32]);
+        assert_eq!(
+            seen.tokens[0],
+            vec![TB as i32, word(0) as i32, (TB + 50) as i32]
+        );
         assert_eq!(seen.language, "en");
         let mut seen = Seen {
             stop_after: 1,
@@ -442,30 +456,79 @@ mod tests {
         let m = model();
         let pcm = noise(16000);
         let mut seen = Seen::default();
-        let mut check = |got: combs_status, text: &str| {
+        let check = |got: combs_status, text: &str| {
             let msg = last_error();
             assert_eq!(got, INVALID, "{msg}");
-            assert!(msg.starts_with("combs_transcribe: ") && msg.contains(text), "`{msg}` lacks `{text}`");
+            assert!(
+                msg.starts_with("combs_transcribe: ") && msg.contains(text),
+                "`{msg}` lacks `{text}`"
+            );
         };
         check(run(std::ptr::null(), &pcm, 16000, None, &mut seen), "`m`");
         check(run(&m, &[], 16000, None, &mut seen), "empty");
-        check(run(&m, &[0.0, f32::NAN, 0.0], 16000, None, &mut seen), "NaN");
-        check(run(&m, &[0.0, f32::INFINITY], 16000, None, &mut seen), "inf");
+        check(
+            run(&m, &[0.0, f32::NAN, 0.0], 16000, None, &mut seen),
+            "NaN",
+        );
+        check(
+            run(&m, &[0.0, f32::INFINITY], 16000, None, &mut seen),
+            "inf",
+        );
         check(run(&m, &pcm, 0, None, &mut seen), "sample_rate");
         check(run(&m, &pcm, 100_000_000, None, &mut seen), "sample_rate");
         // SAFETY: NULL pcm with samples promised must be refused, not read.
-        let s = unsafe { combs_transcribe(&m, std::ptr::null(), 10, 16000, std::ptr::null(), None, std::ptr::null_mut()) };
+        let s = unsafe {
+            combs_transcribe(
+                &m,
+                std::ptr::null(),
+                10,
+                16000,
+                std::ptr::null(),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
         check(s, "pcm");
         let d = combs_transcribe_default_options();
         let lang = c"klingon";
         let bad = [
             (combs_transcribe_options { beam_size: 0, ..d }, "beam_size"),
             (combs_transcribe_options { best_of: -3, ..d }, "best_of"),
-            (combs_transcribe_options { temperature: -0.5, ..d }, "temperature"),
-            (combs_transcribe_options { temperature: f32::NAN, ..d }, "temperature"),
-            (combs_transcribe_options { max_tokens_per_window: -1, ..d }, "max_tokens_per_window"),
-            (combs_transcribe_options { language: lang.as_ptr(), ..d }, "klingon"),
-            (combs_transcribe_options { task: combs_task::COMBS_TASK_TRANSLATE, ..d }, "translate"),
+            (
+                combs_transcribe_options {
+                    temperature: -0.5,
+                    ..d
+                },
+                "temperature",
+            ),
+            (
+                combs_transcribe_options {
+                    temperature: f32::NAN,
+                    ..d
+                },
+                "temperature",
+            ),
+            (
+                combs_transcribe_options {
+                    max_tokens_per_window: -1,
+                    ..d
+                },
+                "max_tokens_per_window",
+            ),
+            (
+                combs_transcribe_options {
+                    language: lang.as_ptr(),
+                    ..d
+                },
+                "klingon",
+            ),
+            (
+                combs_transcribe_options {
+                    task: combs_task::COMBS_TASK_TRANSLATE,
+                    ..d
+                },
+                "translate",
+            ),
         ];
         for (o, text) in bad {
             check(run(&m, &pcm, 16000, Some(&o), &mut seen), text);
@@ -475,7 +538,17 @@ mod tests {
         raw.task = 7;
         let o: *const combs_transcribe_options = std::ptr::from_ref(&raw).cast();
         // SAFETY: the raw struct has the options' layout.
-        let s = unsafe { combs_transcribe(&m, pcm.as_ptr(), pcm.len(), 16000, o, None, std::ptr::null_mut()) };
+        let s = unsafe {
+            combs_transcribe(
+                &m,
+                pcm.as_ptr(),
+                pcm.len(),
+                16000,
+                o,
+                None,
+                std::ptr::null_mut(),
+            )
+        };
         check(s, "combs_task");
         assert!(seen.texts.is_empty());
     }

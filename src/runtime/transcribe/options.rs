@@ -181,7 +181,10 @@ mod tests {
 
     #[test]
     fn temperature_schedule_as_numpy_arange() {
-        assert_eq!(temperature_schedule(0.0, 0.2), vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
+        assert_eq!(
+            temperature_schedule(0.0, 0.2),
+            vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+        );
         assert_eq!(temperature_schedule(0.5, 0.0), vec![0.5]);
         assert_eq!(temperature_schedule(0.3, 0.5), vec![0.3, 0.8]);
         assert_eq!(temperature_schedule(1.5, 0.2), vec![1.5]);
