@@ -225,9 +225,9 @@ pub fn transcribe_mel(
         },
         rng: Rng::new(opts.seed),
     };
-    let (language, language_prob) = run.language(mel)?;
+    let (language, language_prob, first) = run.language(mel, content_frames)?;
     sink.language(language_code(language), language_prob);
-    run.windows(mel, content_frames, language, language_prob, sink)
+    run.windows(mel, content_frames, (language, language_prob), first, sink)
 }
 
 /// The code of language `i` (`"en"`).
@@ -279,31 +279,39 @@ impl Run<'_> {
     }
 
     /// The language index: given, English for English-only models, or
-    /// detected on the first 30 s of the (padded) features.
-    fn language(&mut self, mel: &LogMel) -> Result<(usize, Option<f32>)> {
+    /// detected on the first window, as faster-whisper does it (the
+    /// window decoding reads, whose states are returned for reuse;
+    /// openai-whisper encodes the first 30 s of the padded features apart,
+    /// the same window for audio of 30 s or more).
+    fn language(
+        &mut self,
+        mel: &LogMel,
+        content_frames: usize,
+    ) -> Result<(usize, Option<f32>, Option<AudioStates>)> {
         let n = self.tokens.n_languages();
+        let given = |i| (i, None, None);
         match &self.opts.language {
-            Some(l) if n > 0 => language_index(l, n).map(|i| (i, None)).ok_or_else(|| {
+            Some(l) if n > 0 => language_index(l, n).map(given).ok_or_else(|| {
                 ModelError::invalid(
                     "language",
                     format!("`{l}` is not one of the model's {n} languages"),
                 )
             }),
             Some(l) => match language_index(l, 1) {
-                Some(_) => Ok((0, None)),
+                Some(_) => Ok(given(0)),
                 None => Err(ModelError::invalid(
                     "language",
                     format!("`{l}`: this model is English-only"),
                 )),
             },
-            None if n == 0 => Ok((0, None)),
+            None if n == 0 => Ok(given(0)),
             None => {
-                let first = window(mel, 0, N_FRAMES);
+                let first = window(mel, 0, content_frames.min(N_FRAMES));
                 let audio = self.encode(&first)?;
                 let t = Instant::now();
                 let (i, probs) = detect_language(self.model, &audio, self.tokens)?;
                 self.stats.decode += t.elapsed();
-                Ok((i, probs.get(i).copied()))
+                Ok((i, probs.get(i).copied(), Some(audio)))
             }
         }
     }
@@ -313,8 +321,8 @@ impl Run<'_> {
         mut self,
         mel: &LogMel,
         content_frames: usize,
-        language: usize,
-        language_prob: Option<f32>,
+        (language, language_prob): (usize, Option<f32>),
+        mut first: Option<AudioStates>,
         sink: &mut dyn SegmentSink,
     ) -> Result<Transcript> {
         let opts = self.opts;
@@ -350,7 +358,10 @@ impl Run<'_> {
         let mut seek = 0;
         while seek < content_frames {
             let segment_size = N_FRAMES.min(content_frames - seek);
-            let audio = self.encode(&window(mel, seek, segment_size))?;
+            let audio = match first.take() {
+                Some(a) if seek == 0 => a,
+                _ => self.encode(&window(mel, seek, segment_size))?,
+            };
             let prompt = &all_tokens[prompt_reset_since..];
             let mut initial = Vec::new();
             if !prompt.is_empty() {
