@@ -51,6 +51,14 @@ typedef enum combs_kv_kind {
   COMBS_KV_PAGED = 1,
 } combs_kv_kind;
 
+// Speech to text in its own language, or to English.
+typedef enum combs_task {
+  // Transcribe in the spoken language.
+  COMBS_TASK_TRANSCRIBE = 0,
+  // Translate to English (multilingual models).
+  COMBS_TASK_TRANSLATE = 1,
+} combs_task;
+
 // Weights and tokenizer of one model file. Only read after loading, so one
 // model may be used from several threads at once.
 typedef struct combs_model combs_model;
@@ -64,6 +72,10 @@ typedef struct combs_sampler combs_sampler;
 
 // One sequence and its KV cache. Holds a reference to its model.
 typedef struct combs_session combs_session;
+
+// A speech-to-text model: weights on a device, mel filterbank and
+// vocabulary.
+typedef struct combs_speech_model combs_speech_model;
 
 // Options of `combs_runtime_create()`; start from
 // `combs_runtime_default_options()`. Fields may be appended, never reordered.
@@ -159,6 +171,83 @@ typedef struct combs_sampler_options {
 // to stop. The callback must not unwind (no C++ exception, no longjmp)
 // through combs and must not use the session or sampler being generated with.
 typedef bool (*combs_token_callback)(combs_token t, const char *piece, size_t len, void *user_data);
+
+// Options of `combs_speech_model_load()`; start from
+// `combs_speech_model_default_options()`. Fields may be appended, never
+// reordered.
+typedef struct combs_speech_model_options {
+  // Draw a progress bar on stderr while the weights upload (only when
+  // stderr is a terminal).
+  bool show_progress;
+} combs_speech_model_options;
+
+// Options of `combs_transcribe()`; start from
+// `combs_transcribe_default_options()` (openai-whisper's defaults). Fields
+// may be appended, never reordered. A threshold set to NAN is off.
+typedef struct combs_transcribe_options {
+  // Spoken language by code (`"de"`) or English name; NULL or `"auto"`:
+  // detected on the first 30 s (multilingual models), English otherwise.
+  const char *language;
+  // Transcribe or translate.
+  enum combs_task task;
+  // Beams of beam search at temperature 0; 1: greedy.
+  int32_t beam_size;
+  // Samples drawn per window at temperatures above 0 (the likeliest kept).
+  int32_t best_of;
+  // First temperature (0: greedy or beam search).
+  float temperature;
+  // Step up to 1.0 when a window fails the thresholds; 0: no fallback.
+  float temperature_increment;
+  // Fall back when the text's zlib compression ratio exceeds this (2.4).
+  float compression_ratio_threshold;
+  // Fall back when the average token log-probability is below this (-1).
+  float logprob_threshold;
+  // Skip a window as silence when its no-speech probability exceeds this
+  // (0.6) and its average log-probability is below `logprob_threshold`.
+  float no_speech_threshold;
+  // Feed the previous text to the next window as a prompt.
+  bool condition_on_previous_text;
+  // Timestamp tokens and timed segments (false: one segment per window).
+  bool timestamps;
+  // Text before the first window (NULL: none): names, spelling, style.
+  const char *initial_prompt;
+  // Tokens per window at most (0: half the text context, 224).
+  int32_t max_tokens_per_window;
+  // Seed of the draws at temperatures above 0.
+  uint64_t seed;
+} combs_transcribe_options;
+
+// One final segment, passed to a `combs_segment_callback`. Every pointer
+// in it is valid only during the callback.
+typedef struct combs_segment {
+  // The text, UTF-8, NUL-terminated (usually with a leading space).
+  const char *text;
+  // Bytes of `text` (NUL not counted).
+  size_t text_len;
+  // Start in seconds from the start of the audio.
+  double t0;
+  // End in seconds.
+  double t1;
+  // The segment's tokens, timestamp tokens included.
+  const combs_token *tokens;
+  // Number of `tokens`.
+  size_t n_tokens;
+  // Average log-probability of its window's tokens.
+  float avg_logprob;
+  // Probability that its window holds no speech.
+  float no_speech_prob;
+  // Temperature its window was decoded at.
+  float temperature;
+  // zlib compression ratio of its window's text.
+  float compression_ratio;
+  // The language, by code (`"en"`), NUL-terminated.
+  const char *language;
+} combs_segment;
+
+// Receives each segment as it becomes final; return 0 to go on, anything
+// else to stop transcribing (`combs_transcribe()` then returns `COMBS_OK`).
+// The callback must not unwind (no C++ exception, no longjmp) through combs.
+typedef int32_t (*combs_segment_callback)(const struct combs_segment *seg, void *user_data);
 
 #ifdef __cplusplus
 extern "C" {
@@ -608,6 +697,77 @@ enum combs_status combs_batch_prefill(struct combs_model *m,
                                       const combs_token *const *tokens,
                                       const size_t *n_tokens,
                                       size_t n);
+
+// The default speech model options (no progress bar).
+struct combs_speech_model_options combs_speech_model_default_options(void);
+
+// Loads a whisper.cpp model file (`ggml-tiny.en.bin`, or one written by
+// `combs convert`) onto the runtime's device. `opts` may be NULL for the
+// defaults. On success `*out` receives a model to release with
+// `combs_speech_model_free()`; on failure it is set to NULL and
+// `combs_last_error()` names the file and what is wrong with it.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rt`, `path` or `out`), `COMBS_ERR_IO`
+// (missing or unreadable file), `COMBS_ERR_FORMAT` (not a whisper.cpp
+// model — a GGUF text model, say —, truncated, inconsistent),
+// `COMBS_ERR_UNSUPPORTED` (a tensor type the device cannot run),
+// `COMBS_ERR_OUT_OF_MEMORY`, `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `rt` is NULL or a live runtime; `path` is NULL or a NUL-terminated
+// string; `opts` is NULL or points to a `combs_speech_model_options`;
+// `out` is writable.
+enum combs_status combs_speech_model_load(struct combs_runtime *rt,
+                                          const char *path,
+                                          const struct combs_speech_model_options *opts,
+                                          struct combs_speech_model **out);
+
+// Releases a speech model (NULL: no-op).
+//
+// # Safety
+// `m` is NULL or a model from `combs_speech_model_load()` not freed before
+// and not in use by another thread.
+void combs_speech_model_free(struct combs_speech_model *m);
+
+// Whether the model knows languages other than English (and so detects
+// the language and can translate); false when `m` is NULL.
+//
+// # Safety
+// `m` is NULL or a live speech model.
+bool combs_speech_model_is_multilingual(const struct combs_speech_model *m);
+
+// openai-whisper's `transcribe()` defaults: greedy at temperature 0 with
+// fallback by 0.2 up to 1.0, one sample per fallback, thresholds 2.4 / -1 / 0.6, previous text as
+// prompt, timestamps on, language detected.
+struct combs_transcribe_options combs_transcribe_default_options(void);
+
+// Transcribes `n_samples` mono samples at `sample_rate` Hz (resampled to
+// 16 kHz inside; values nominally in [-1, 1]) with `m`, passing each
+// segment to `cb` (NULL: none) as soon as it is final. `opts` may be NULL
+// for the defaults. A non-zero return from `cb` stops transcription and
+// the call returns `COMBS_OK`.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT`: NULL `m`, NULL `pcm` with samples, no
+// samples, a NaN or infinite sample, `sample_rate` 0 or above 384 kHz,
+// options out of range (beam size or best-of below 1, a negative
+// temperature, a language the model does not know, translation with an
+// English-only model); `COMBS_ERR_OUT_OF_MEMORY`, `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `m` is NULL or a live speech model; `pcm` is NULL or valid for
+// `n_samples` reads; `opts` is NULL or points to a
+// `combs_transcribe_options` whose strings are NULL or NUL-terminated;
+// `cb` is NULL or a function as `combs_segment_callback` describes;
+// `user_data` is passed through untouched.
+enum combs_status combs_transcribe(const struct combs_speech_model *m,
+                                   const float *pcm,
+                                   size_t n_samples,
+                                   uint32_t sample_rate,
+                                   const struct combs_transcribe_options *opts,
+                                   combs_segment_callback cb,
+                                   void *user_data);
 
 #ifdef __cplusplus
 }  // extern "C"

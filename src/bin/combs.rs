@@ -30,6 +30,8 @@ mod quantize;
 mod run;
 #[path = "combs/synth.rs"]
 mod synth;
+#[path = "combs/transcribe.rs"]
+mod transcribe;
 
 /// LLM inference on Vulkan compute.
 #[derive(Parser)]
@@ -58,6 +60,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// GPU time of single kernels at a model's matrix shapes (tuning).
     KernelBench(kernel_bench::KernelBenchArgs),
+    /// Speech to text with a whisper.cpp model (segments, srt/vtt/json/txt).
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 /// Why a subcommand failed.
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Quantize(args) => quantize::run(args, &mut out),
         Command::Convert(args) => convert::run(args, &mut out),
         Command::KernelBench(args) => kernel_bench::run(args, &mut out),
+        Command::Transcribe(args) => transcribe::run(args, &mut out),
     };
     let result = result.and_then(|()| out.flush().map_err(CliError::from));
     match result {

@@ -41,6 +41,10 @@ pub mod generate;
 
 pub mod batch;
 
+pub mod speech;
+
+pub mod transcribe;
+
 pub use batch::*;
 pub use chat::*;
 pub use generate::*;
@@ -48,8 +52,10 @@ pub use model::*;
 pub use runtime::*;
 pub use sampler::*;
 pub use session::*;
+pub use speech::*;
 pub use status::*;
 pub use tokenize::*;
+pub use transcribe::*;
 
 use std::ffi::c_char;
 

@@ -11,6 +11,7 @@ pub mod perplexity;
 pub mod rng;
 pub mod sampler;
 pub mod session;
+pub mod transcribe;
 
 pub use batch::BatchRunner;
 pub use generate::{GenerationStats, StopReason, generate};

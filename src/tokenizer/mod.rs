@@ -27,6 +27,7 @@ mod symbols;
 mod unicode;
 mod vocab;
 pub mod whisper;
+pub mod whisper_bpe;
 
 pub use chat::{CHATML_TEMPLATE, ChatMessage, apply_chat_template};
 pub use stream::StreamDecoder;

@@ -56,7 +56,8 @@ pub enum KernelsArg {
 }
 
 impl KernelsArg {
-    fn backend(self) -> Option<Backend> {
+    /// The backend these kernels ask for (`None`: the device's default).
+    pub fn backend(self) -> Option<Backend> {
         match self {
             KernelsArg::Auto => None,
             KernelsArg::Vulkan => Some(Backend::Vulkan),
