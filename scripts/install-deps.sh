@@ -6,7 +6,7 @@
 # the C examples. Skips apt when everything is already there.
 set -euo pipefail
 pkgs=(libvulkan1 mesa-vulkan-drivers vulkan-tools build-essential cmake ninja-build
-      python3 python3-pip git pkg-config valgrind curl ca-certificates)
+      python3 python3-pip git pkg-config valgrind curl ca-certificates espeak-ng sox)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -193,14 +193,22 @@ def main():
 
         if model_name == MODELS[0]:
             import jiwer
-            ref = normalize(clips["sample"]["reference_text"])
-            wer = {k: float(jiwer.wer(ref, normalize(per_clip["sample"][k]["text"])))
-                   for k in ("fw_greedy", "fw_beam5", "oa_greedy")}
+            from whisper.normalizers import EnglishTextNormalizer
+            english = EnglishTextNormalizer()
+            ref_text = clips["sample"]["reference_text"]
+            keys = ("fw_greedy", "fw_beam5", "oa_greedy")
+            wer = {k: float(jiwer.wer(normalize(ref_text), normalize(per_clip["sample"][k]["text"])))
+                   for k in keys}
+            wer_english = {k: float(jiwer.wer(english(ref_text), english(per_clip["sample"][k]["text"])))
+                           for k in keys}
+            wer_raw = {k: float(jiwer.wer(ref_text, per_clip["sample"][k]["text"])) for k in keys}
             (OUT / "wer.json").write_text(json.dumps(dict(
                 model=model_name, clip="sample", reference="sample.stm (all speakers, time order)",
                 normalization="lowercase, punctuation except apostrophes to spaces, hyphens to spaces",
-                wer=wer), indent=1) + "\n")
-            print("WER", wer)
+                wer=wer,
+                wer_openai_english_normalizer=wer_english,
+                wer_unnormalized=wer_raw), indent=1) + "\n")
+            print("WER", wer, "EnglishTextNormalizer", wer_english, "raw", wer_raw)
 
         encoder_ref(oa, model_name, arrays["sample"])
     (OUT / "transcripts.json").write_text(json.dumps(transcripts, indent=1, ensure_ascii=False) + "\n")
@@ -226,6 +234,9 @@ def encoder_ref(oa, model_name, audio):
     data[model_name] = dict(
         clip="sample", window="frames 0..3000 of log_mel_spectrogram(audio, padding=N_SAMPLES)",
         mel_sha256=sha256_f32(window.numpy()),
+        mel=dict(shape=list(window.shape), content_frames=int(mel.shape[-1] - whisper.audio.N_FRAMES),
+                 mean=float(window.mean()), max=float(window.max()), subsample_step=101,
+                 subsample=[round(float(x), 6) for x in window.numpy().reshape(-1)[::101]]),
         encoder=dict(shape=list(e.shape), mean=e.mean(), std=e.std(), abs_max=np.abs(e).max(),
                      subsample_step=enc_step, subsample=[round(float(x), 6) for x in e.reshape(-1)[::enc_step]]),
         tokens=tokens,

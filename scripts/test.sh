@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/fetch-models.sh >/dev/null
+scripts/fetch-test-audio.sh >/dev/null  # speech clips for tests/whisper_audio.rs (~1 MB)
 cargo build --release --all-targets
 cargo test --release
 # The portable host kernels, which aarch64 and x86-64 without AVX2 run.

@@ -8,6 +8,7 @@
 
 mod common;
 
+use combs::gpu::DeviceClass;
 use combs::models::LoadOptions;
 use combs::models::speech::{LogMel, N_FRAMES, SpeechToTextModel, WhisperHparams};
 use combs::models::whisper::{HostWhisper, WhisperModel};
@@ -128,7 +129,13 @@ fn small_random_model_matches_reference_on_host_kernels() {
 fn small_random_q8_model_matches_reference_on_vulkan_kernels() {
     let ctx = gpu();
     let mut rng = Rng::fresh("whisper forward vulkan");
-    let src = HostWhisper::random(small(), QuantType::Q8_0, rng.next_u64()).expect("random model");
+    // One block each: lavapipe runs the 1500-position encoder slowly.
+    let hp = WhisperHparams {
+        n_audio_layer: 1,
+        n_text_layer: 1,
+        ..small()
+    };
+    let src = HostWhisper::random(hp, QuantType::Q8_0, rng.next_u64()).expect("random model");
     let opts = LoadOptions {
         backend: Some(Backend::Vulkan),
         ..LoadOptions::default()
@@ -136,6 +143,29 @@ fn small_random_q8_model_matches_reference_on_vulkan_kernels() {
     let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
     let re = WhisperReference::load(&src).expect("reference");
     compare(&dev, &re, &features(&mut rng, 80), 1e-3, "vulkan");
+}
+
+/// The plans a GPU gets (matvecs for the decode steps, the decode
+/// attention storing K/V itself, the tiled and blocked kernels), run on
+/// whatever device the tests have.
+#[test]
+fn small_random_model_matches_reference_on_gpu_plans() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper forward gpu plans");
+    let hp = WhisperHparams {
+        n_audio_layer: 1,
+        n_text_layer: 1,
+        ..small()
+    };
+    let src = HostWhisper::random(hp, QuantType::Q4_0, rng.next_u64()).expect("random model");
+    let opts = LoadOptions {
+        backend: Some(Backend::Vulkan),
+        plan_as: Some(DeviceClass::Gpu),
+        ..LoadOptions::default()
+    };
+    let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
+    let re = WhisperReference::load(&src).expect("reference");
+    compare(&dev, &re, &features(&mut rng, 80), 1e-3, "gpu plans");
 }
 
 #[test]
@@ -238,4 +268,90 @@ fn real_model_matches_reference() {
     eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
     let re = WhisperReference::load(&file).expect("reference");
     compare(&dev, &re, &mel, 1e-3, "real");
+}
+
+/// Time of one encoder window of the real model by step
+/// (`COMBS_WHISPER_MODEL=path`, `--ignored`).
+#[test]
+#[ignore]
+fn real_model_encoder_profile() {
+    let Ok(path) = std::env::var("COMBS_WHISPER_MODEL") else {
+        return;
+    };
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper profile");
+    let file =
+        combs::formats::whisper_bin::WhisperFile::open(std::path::Path::new(&path)).expect("open");
+    let dev = WhisperModel::load(&ctx, &file, &LoadOptions::default()).expect("load");
+    let mel = features(&mut rng, file.hparams.n_mels);
+    dev.encode(&mel).expect("warm-up");
+    let t = std::time::Instant::now();
+    let (audio, prof) = dev.encode_with(&mel, true).expect("encode");
+    eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
+    for (label, ns) in prof.unwrap_or_default() {
+        eprintln!("{label:>40} {:8.1} ms", ns / 1e6);
+    }
+    let sot = dev.vocab().specials.sot;
+    for n_seqs in [1, 5] {
+        let mut d = dev.decoder(&audio, n_seqs).expect("decoder");
+        let prompt = vec![sot, 50362];
+        d.step(&vec![prompt.as_slice(); n_seqs]).expect("prompt");
+        let t = std::time::Instant::now();
+        let steps = 20;
+        for i in 0..steps {
+            let tok = [(i * 37 % 50000) as u32];
+            d.step(&vec![&tok[..]; n_seqs]).expect("step");
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        eprintln!("decoder step of {n_seqs} sequence(s): {ms:.1} ms");
+    }
+}
+
+/// Speed of a random model of tiny.en's shape (Q8_0 matrices) on the
+/// default device: encoder window and decoder steps (`--ignored`; for GPU
+/// machines, where no model file need travel).
+#[test]
+#[ignore]
+fn tiny_shape_speed() {
+    let ctx = gpu();
+    let hp = WhisperHparams {
+        n_vocab: 51864,
+        n_audio_ctx: 1500,
+        n_audio_state: 384,
+        n_audio_head: 6,
+        n_audio_layer: 4,
+        n_text_ctx: 448,
+        n_text_state: 384,
+        n_text_head: 6,
+        n_text_layer: 4,
+        n_mels: 80,
+    };
+    let mut rng = Rng::fresh("tiny speed");
+    let src = HostWhisper::random(hp, QuantType::Q8_0, rng.next_u64()).expect("random model");
+    let dev = WhisperModel::load(&ctx, &src, &LoadOptions::default()).expect("load");
+    eprintln!("device: {}", ctx.caps().name);
+    let mel = features(&mut rng, 80);
+    dev.encode(&mel).expect("warm-up");
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        dev.encode(&mel).expect("encode");
+        eprintln!("encoder window: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (audio, prof) = dev.encode_with(&mel, true).expect("encode");
+    for (label, ns) in prof.unwrap_or_default().iter().take(12) {
+        eprintln!("{label:>40} {:8.2} ms", ns / 1e6);
+    }
+    for n_seqs in [1, 5] {
+        let mut d = dev.decoder(&audio, n_seqs).expect("decoder");
+        let prompt = vec![dev.vocab().specials.sot, 50362];
+        d.step(&vec![prompt.as_slice(); n_seqs]).expect("prompt");
+        let t = std::time::Instant::now();
+        let steps = 50;
+        for i in 0..steps {
+            let tok = [(i * 37 % 50000) as u32];
+            d.step(&vec![&tok[..]; n_seqs]).expect("step");
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        eprintln!("decoder step of {n_seqs} sequence(s): {ms:.2} ms");
+    }
 }

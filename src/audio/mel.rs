@@ -18,7 +18,6 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use realfft::RealFftPlanner;
 use realfft::RealToComplex;
-use realfft::num_complex::Complex;
 
 use crate::error::{ModelError, Result};
 use crate::models::speech::{HOP_LENGTH, LogMel, N_FFT, N_FRAMES, SAMPLE_RATE};
@@ -100,7 +99,7 @@ pub fn log_mel(
     let fft = RealFftPlanner::<f32>::new().plan_fft_forward(N_FFT);
     let window = hann_window();
 
-    // Frame-major mel powers, filled in parallel blocks of frames.
+    // Frame-major log mel powers, filled in parallel blocks of frames.
     let mut power = vec![0.0f32; n_frames * n_mels];
     power
         .par_chunks_mut(FRAMES_PER_TASK * n_mels)
@@ -110,9 +109,10 @@ pub fn log_mel(
             mel_power_block(samples, n_total, first, out, &fft, &window, &bands, filters)
         })?;
 
+    // `power` holds log10 of the mel powers by now.
     let max_log = power
         .par_iter()
-        .map(|&p| log10_clamped(p))
+        .copied()
         .reduce(|| f32::NEG_INFINITY, f32::max);
     let floor = max_log - 8.0;
 
@@ -121,9 +121,8 @@ pub fn log_mel(
     data.par_chunks_mut(n_frames)
         .enumerate()
         .for_each(|(m, row)| {
-            for (t, v) in row.iter_mut().enumerate() {
-                let x = log10_clamped(power[t * n_mels + m]).max(floor);
-                *v = (x + 4.0) / 4.0;
+            for (v, frame) in row.iter_mut().zip(power.chunks_exact(n_mels)) {
+                *v = (frame[m].max(floor) + 4.0) / 4.0;
             }
         });
     Ok(LogMel {
@@ -252,8 +251,8 @@ fn reflect(i: isize, n: usize) -> usize {
     }
 }
 
-/// Mel powers (frame-major, `out.len() / n_mels` frames) for the frames
-/// starting at `first`.
+/// log10 of the mel powers, clamped at 1e-10 (frame-major, `out.len() /
+/// n_mels` frames), for the frames starting at `first`.
 #[allow(clippy::too_many_arguments)]
 fn mel_power_block(
     samples: &[f32],
@@ -288,7 +287,10 @@ fn mel_power_block(
         fft.process_with_scratch(&mut frame, &mut spectrum, &mut scratch)
             .map_err(|e| ModelError::Internal(format!("STFT frame: {e}")))?;
         for (p, c) in power.iter_mut().zip(&spectrum) {
-            *p = norm_sqr(*c);
+            // numpy's `np.abs(c) ** 2` goes through hypot; re² + im²
+            // differs from it by an ulp, far below the 1e-3 the features are
+            // held to, at a fraction of the cost.
+            *p = c.re * c.re + c.im * c.im;
         }
         for (m, (v, &(lo, hi))) in mel_out.iter_mut().zip(bands).enumerate() {
             let row = &filters[m * N_FREQS + lo..m * N_FREQS + hi];
@@ -296,17 +298,10 @@ fn mel_power_block(
             for (&w, &p) in row.iter().zip(&power[lo..hi]) {
                 acc += f64::from(w) * f64::from(p);
             }
-            *v = acc as f32;
+            *v = log10_clamped(acc as f32);
         }
     }
     Ok(())
-}
-
-/// `|c|^2` as numpy computes `np.abs(c) ** 2` on complex64: the modulus in
-/// f32, then squared.
-fn norm_sqr(c: Complex<f32>) -> f32 {
-    let a = c.re.hypot(c.im);
-    a * a
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ mod bench;
 mod bench_batch;
 #[path = "combs/common.rs"]
 mod common;
+#[path = "combs/convert.rs"]
+mod convert;
 #[path = "combs/info.rs"]
 mod info;
 #[path = "combs/kernel_bench.rs"]
@@ -54,6 +56,8 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Requantize a GGUF file to another type, as llama-quantize does.
     Quantize(quantize::QuantizeArgs),
+    /// Write a whisper.cpp model file from a CTranslate2 Whisper directory or another whisper.cpp file.
+    Convert(convert::ConvertArgs),
     /// GPU time of single kernels at a model's matrix shapes (tuning).
     KernelBench(kernel_bench::KernelBenchArgs),
     /// Speech to text with a whisper.cpp model (segments, srt/vtt/json/txt).
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args, &mut out),
         Command::Synth(args) => synth::run(args, &mut out),
         Command::Quantize(args) => quantize::run(args, &mut out),
+        Command::Convert(args) => convert::run(args, &mut out),
         Command::KernelBench(args) => kernel_bench::run(args, &mut out),
         Command::Transcribe(args) => transcribe::run(args, &mut out),
     };

@@ -1,8 +1,10 @@
 //! Model file formats: the GGUF reader (zero-copy over memmap2), the GGUF
 //! writer used by tests and `combs synth`, and the GGML tensor type table
-//! both read, and whisper.cpp's model files (`whisper_bin`). Nothing here
+//! both read, whisper.cpp's model files (`whisper_bin`) and CTranslate2
+//! model directories (`ctranslate2`). Nothing here
 //! depends on the `quant` module.
 
+pub mod ctranslate2;
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_writer;

@@ -11,6 +11,7 @@ use crate::ops::glu::act_ref;
 use crate::ops::rms_norm::rms_norm_ref;
 use crate::ops::rope::{RopeScaling, inv_freq, rope_ref};
 use crate::quant::dequantize_vec;
+use rayon::prelude::*;
 
 struct Mat {
     rows: usize,
@@ -23,7 +24,10 @@ struct Mat {
 impl Mat {
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         let x = act_round_ref(self.round, x);
+        // Rows in parallel: each row's sum is still taken in order, so the
+        // result does not depend on the thread count.
         (0..self.rows)
+            .into_par_iter()
             .map(|r| {
                 self.w[r * self.cols..(r + 1) * self.cols]
                     .iter()
@@ -212,11 +216,44 @@ impl ReferenceModel {
         self
     }
 
+    /// The architecture this forward pass follows.
+    pub fn spec(&self) -> &ArchSpec {
+        &self.spec
+    }
+
+    /// Forgets every position: the next token is evaluated at position 0.
+    pub fn clear(&mut self) {
+        self.cache.iter_mut().for_each(Vec::clear);
+    }
+
     /// Runs one token at the next position and returns its logits.
     ///
     /// # Errors
     /// Token id out of range.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        let x = self.hidden(token)?;
+        let sp = &self.spec;
+        let xn = rms_norm_ref(&x, Some(&self.output_norm), sp.norm_flavor, sp.norm_eps);
+        let head = self.output.as_ref().unwrap_or(&self.token_embd);
+        let mut logits = head.apply(&xn);
+        if sp.final_softcap > 0.0 {
+            let c = sp.final_softcap;
+            logits.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
+        }
+        Ok(logits)
+    }
+
+    /// Runs one token at the next position without the output head (its
+    /// K/V join the history; no logits are computed).
+    ///
+    /// # Errors
+    /// Token id out of range.
+    pub fn advance(&mut self, token: u32) -> Result<()> {
+        self.hidden(token).map(|_| ())
+    }
+
+    /// The residual stream after the last block for `token` at the next position.
+    fn hidden(&mut self, token: u32) -> Result<Vec<f32>> {
         let sp = self.spec.clone();
         let (e, hd) = (sp.n_embd, sp.head_dim);
         let t = token as usize;
@@ -338,13 +375,6 @@ impl ReferenceModel {
                 .collect();
             add_residual(&mut x, b.down.apply(&hidden), &b.post_ffn_norm);
         }
-        let xn = norm(&x, &self.output_norm);
-        let head = self.output.as_ref().unwrap_or(&self.token_embd);
-        let mut logits = head.apply(&xn);
-        if sp.final_softcap > 0.0 {
-            let c = sp.final_softcap;
-            logits.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
-        }
-        Ok(logits)
+        Ok(x)
     }
 }

@@ -178,6 +178,42 @@ fn vocab(n_vocab: usize) -> (Vec<String>, Vec<f32>, Vec<i32>) {
     (tokens, scores, types)
 }
 
+/// The metadata of a synthetic model: hyperparameters and a
+/// SentencePiece-style vocabulary (byte tokens, then made-up pieces).
+fn write_metadata(w: &mut GgufWriter, cfg: &SynthConfig, norm_eps: f32) -> Result<()> {
+    let (a, t) = (cfg.arch.as_str(), cfg.qtype);
+    let k = |s: &str| format!("{a}.{s}");
+    w.add("general.architecture", a)?;
+    w.add("general.name", format!("combs-synth-{a}-{}", t.name()))?;
+    w.add(k("context_length"), cfg.n_ctx as u32)?;
+    if cfg.sliding_window > 0 {
+        w.add(k("attention.sliding_window"), cfg.sliding_window as u32)?;
+    }
+    w.add(k("embedding_length"), cfg.n_embd as u32)?;
+    w.add(k("block_count"), cfg.n_layer as u32)?;
+    w.add(k("feed_forward_length"), cfg.n_ff as u32)?;
+    w.add(k("attention.head_count"), cfg.n_head as u32)?;
+    w.add(k("attention.head_count_kv"), cfg.n_head_kv as u32)?;
+    w.add(k("attention.key_length"), cfg.head_dim as u32)?;
+    w.add(k("attention.value_length"), cfg.head_dim as u32)?;
+    w.add(k("rope.dimension_count"), cfg.head_dim as u32)?;
+    w.add(k("rope.freq_base"), 10000.0f32)?;
+    w.add(k("attention.layer_norm_rms_epsilon"), norm_eps)?;
+    w.add(k("vocab_size"), cfg.n_vocab as u32)?;
+    let (tokens, scores, types) = vocab(cfg.n_vocab);
+    w.add("tokenizer.ggml.model", "llama")?;
+    w.add("tokenizer.ggml.pre", "default")?;
+    w.add("tokenizer.ggml.tokens", MetaArray::Str(tokens))?;
+    w.add("tokenizer.ggml.scores", MetaArray::F32(scores))?;
+    w.add("tokenizer.ggml.token_type", MetaArray::I32(types))?;
+    w.add("tokenizer.ggml.unknown_token_id", 0u32)?;
+    w.add("tokenizer.ggml.bos_token_id", 1u32)?;
+    w.add("tokenizer.ggml.eos_token_id", 2u32)?;
+    w.add("tokenizer.ggml.add_bos_token", true)?;
+    w.add("tokenizer.ggml.add_eos_token", false)?;
+    Ok(())
+}
+
 /// Builds the GGUF of a synthetic model.
 ///
 /// # Errors
@@ -198,36 +234,7 @@ pub fn synth_gguf(cfg: &SynthConfig) -> Result<GgufWriter> {
     }
     let a = cfg.arch.as_str();
     let mut w = GgufWriter::new();
-    let k = |s: &str| format!("{a}.{s}");
-    w.add("general.architecture", a)?;
-    w.add("general.name", format!("combs-synth-{a}-{}", t.name()))?;
-    w.add(k("context_length"), cfg.n_ctx as u32)?;
-    if cfg.sliding_window > 0 {
-        w.add(k("attention.sliding_window"), cfg.sliding_window as u32)?;
-    }
-    w.add(k("embedding_length"), cfg.n_embd as u32)?;
-    w.add(k("block_count"), cfg.n_layer as u32)?;
-    w.add(k("feed_forward_length"), cfg.n_ff as u32)?;
-    w.add(k("attention.head_count"), cfg.n_head as u32)?;
-    w.add(k("attention.head_count_kv"), cfg.n_head_kv as u32)?;
-    w.add(k("attention.key_length"), cfg.head_dim as u32)?;
-    w.add(k("attention.value_length"), cfg.head_dim as u32)?;
-    w.add(k("rope.dimension_count"), cfg.head_dim as u32)?;
-    w.add(k("rope.freq_base"), 10000.0f32)?;
-    w.add(k("attention.layer_norm_rms_epsilon"), 1e-5f32)?;
-    w.add(k("vocab_size"), cfg.n_vocab as u32)?;
-    let (tokens, scores, types) = vocab(cfg.n_vocab);
-    w.add("tokenizer.ggml.model", "llama")?;
-    w.add("tokenizer.ggml.pre", "default")?;
-    w.add("tokenizer.ggml.tokens", MetaArray::Str(tokens))?;
-    w.add("tokenizer.ggml.scores", MetaArray::F32(scores))?;
-    w.add("tokenizer.ggml.token_type", MetaArray::I32(types))?;
-    w.add("tokenizer.ggml.unknown_token_id", 0u32)?;
-    w.add("tokenizer.ggml.bos_token_id", 1u32)?;
-    w.add("tokenizer.ggml.eos_token_id", 2u32)?;
-    w.add("tokenizer.ggml.add_bos_token", true)?;
-    w.add("tokenizer.ggml.add_eos_token", false)?;
-
+    write_metadata(&mut w, cfg, 1e-5)?;
     let mut bits = Bits(cfg.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xC0B5);
     let mut bits2 = Bits(cfg.seed ^ 0x9E37_79B9);
     let (e, ff, nq, nkv) = (
@@ -309,6 +316,83 @@ pub fn synth_gguf(cfg: &SynthConfig) -> Result<GgufWriter> {
         mat(&mut w, format!("{p}.ffn_up.weight"), e, ff, is(e))?;
         mat(&mut w, format!("{p}.ffn_down.weight"), ff, e, is(ff))?;
     }
+    Ok(w)
+}
+
+/// A tiny llama model whose logits every engine computes exactly, for
+/// byte-level comparisons of what is derived from logits (llama.cpp's
+/// KL-divergence base files): the `tiny` preset's shape and vocabulary with
+/// one block whose weights are all zero (its attention and FFN add exactly
+/// 0), RMS-norm epsilon 0, token embeddings of ±1 (so every norm scales by
+/// exactly 1) and output weights that are multiples of 1/32 below 1/2 in
+/// magnitude, so each logit is a sum of 64 such numbers, exact in f32 (and
+/// in f16) in any order. `variant` 0 is the base; another variant adds ±1/32
+/// to about a fifth of the output weights (drawn from `variant`), a model
+/// close to the base for KL-divergence statistics. `qtype` is F16 or F32.
+///
+/// # Errors
+/// Another `qtype`.
+pub fn exact_gguf(qtype: QuantType, variant: u64) -> Result<GgufWriter> {
+    if !matches!(qtype, QuantType::F16 | QuantType::F32) {
+        return Err(ModelError::invalid(
+            "qtype",
+            format!("the exact preset is written in f16 or f32, not {qtype}"),
+        ));
+    }
+    let cfg = SynthConfig {
+        n_layer: 1,
+        ..SynthConfig::preset("tiny", qtype)?
+    };
+    let (e, ff, v) = (cfg.n_embd, cfg.n_ff, cfg.n_vocab);
+    let (nq, nkv) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
+    let mut w = GgufWriter::new();
+    write_metadata(&mut w, &cfg, 0.0)?;
+    let bytes = |vals: &[f32]| -> Vec<u8> {
+        match qtype {
+            QuantType::F16 => vals
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+                .collect(),
+            _ => vals.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+        }
+    };
+    let f32_id = QuantType::F32 as u32;
+    let ones: Vec<u8> = (0..e).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+    let add = |w: &mut GgufWriter, name: &str, cols: usize, rows: usize, vals: &[f32]| {
+        w.add_tensor(name, qtype as u32, &[cols as u64, rows as u64], bytes(vals))
+            .map(|_| ())
+    };
+    // the base's draws come from fixed seeds, the variant's change from its own
+    let mut bits = Bits(0xE4AC_7000);
+    let embd: Vec<f32> = (0..v * e)
+        .map(|_| if bits.next() & 1 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let mut out: Vec<f32> = (0..v * e)
+        .map(|_| (bits.next() % 31) as f32 / 32.0 - 15.0 / 32.0)
+        .collect();
+    if variant != 0 {
+        let mut change = Bits(variant.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xE4AC_7001);
+        for x in &mut out {
+            match change.next() % 10 {
+                0 if *x < 15.0 / 32.0 => *x += 1.0 / 32.0,
+                1 if *x > -15.0 / 32.0 => *x -= 1.0 / 32.0,
+                _ => {}
+            }
+        }
+    }
+    add(&mut w, "token_embd.weight", e, v, &embd)?;
+    w.add_tensor("output_norm.weight", f32_id, &[e as u64], ones.clone())?;
+    add(&mut w, "output.weight", e, v, &out)?;
+    let zeros = |n: usize| vec![0.0f32; n];
+    w.add_tensor("blk.0.attn_norm.weight", f32_id, &[e as u64], ones.clone())?;
+    add(&mut w, "blk.0.attn_q.weight", e, nq, &zeros(e * nq))?;
+    add(&mut w, "blk.0.attn_k.weight", e, nkv, &zeros(e * nkv))?;
+    add(&mut w, "blk.0.attn_v.weight", e, nkv, &zeros(e * nkv))?;
+    add(&mut w, "blk.0.attn_output.weight", nq, e, &zeros(nq * e))?;
+    w.add_tensor("blk.0.ffn_norm.weight", f32_id, &[e as u64], ones)?;
+    add(&mut w, "blk.0.ffn_gate.weight", e, ff, &zeros(e * ff))?;
+    add(&mut w, "blk.0.ffn_up.weight", e, ff, &zeros(e * ff))?;
+    add(&mut w, "blk.0.ffn_down.weight", ff, e, &zeros(ff * e))?;
     Ok(w)
 }
 

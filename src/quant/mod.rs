@@ -18,6 +18,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod requantize;
 pub mod weight;
+pub mod whisper_convert;
 mod x86_cast;
 
 use std::borrow::Cow;

@@ -4,6 +4,8 @@
 
 pub mod batch;
 pub mod generate;
+pub mod kld;
+pub mod kld_file;
 pub mod model;
 pub mod perplexity;
 pub mod rng;

@@ -89,6 +89,15 @@ impl WhisperVocab {
     }
 }
 
+/// The bytes a GPT-2 byte-level piece stands for (`"Ġthe"` is `b" the"`), as
+/// whisper.cpp's `convert-pt-to-ggml.py` decodes Hugging Face vocabularies
+/// with its `bytes_to_unicode` table; `None` when a character is outside
+/// that 256-character alphabet (special tokens such as `<|en|>` are inside
+/// it, so callers decide which ids are ordinary).
+pub fn gpt2_piece_bytes(piece: &str) -> Option<Vec<u8>> {
+    piece.chars().map(super::unicode::char_to_byte).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +130,15 @@ mod tests {
         assert_eq!(v3.n_languages, 100);
         assert_eq!(v3.specials.transcribe, 50360);
         assert_eq!(v3.specials.timestamp_begin, 50365);
+    }
+
+    #[test]
+    fn gpt2_piece_bytes_inverts_the_byte_alphabet() {
+        assert_eq!(gpt2_piece_bytes("Ġthe").as_deref(), Some(&b" the"[..]));
+        assert_eq!(gpt2_piece_bytes("ĊĠ").as_deref(), Some(&b"\n "[..]));
+        // "Ã©" is how the alphabet spells the UTF-8 bytes of "é"
+        assert_eq!(gpt2_piece_bytes("Ã©").as_deref(), Some("é".as_bytes()));
+        assert_eq!(gpt2_piece_bytes(""), Some(Vec::new()));
+        assert_eq!(gpt2_piece_bytes("日本"), None);
     }
 }

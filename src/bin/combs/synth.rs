@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use combs::ModelError;
-use combs::models::synth::{SynthConfig, synth_gguf};
+use combs::models::synth::{SynthConfig, exact_gguf, synth_gguf};
 use combs::quant::QuantType;
 
 use crate::CliError;
@@ -16,7 +16,9 @@ use crate::CliError;
 /// Arguments of `combs synth`.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Shape: tiny, smollm2-135m, llama-1b or llama-8b.
+    /// Shape: tiny, smollm2-135m, llama-1b or llama-8b; or `exact`, a tiny
+    /// model whose logits every engine computes exactly (f16 or f32; --seed
+    /// 0 is the base, another seed a variant close to it).
     #[arg(long)]
     preset: String,
     /// Weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k … q6_k.
@@ -25,7 +27,7 @@ pub struct SynthArgs {
     /// Output file.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: PathBuf,
-    /// Random seed of the weights.
+    /// Random seed of the weights (of the `exact` preset: its variant).
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }
@@ -35,10 +37,14 @@ pub fn run(args: &SynthArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let t = QuantType::from_name(&args.qtype).ok_or_else(|| {
         ModelError::invalid("type", format!("unknown weight type `{}`", args.qtype))
     })?;
-    let mut cfg = SynthConfig::preset(&args.preset, t)?;
-    cfg.seed = args.seed;
     let t0 = Instant::now();
-    let w = synth_gguf(&cfg)?;
+    let w = if args.preset == "exact" {
+        exact_gguf(t, args.seed)?
+    } else {
+        let mut cfg = SynthConfig::preset(&args.preset, t)?;
+        cfg.seed = args.seed;
+        synth_gguf(&cfg)?
+    };
     w.write_file(&args.output)?;
     let bytes = std::fs::metadata(&args.output)
         .map(|m| m.len())

@@ -14,6 +14,7 @@
 //! ```
 
 mod layout;
+mod mel_filters;
 mod parse;
 mod writer;
 
@@ -22,6 +23,7 @@ use std::fs::File;
 use std::path::Path;
 
 pub use layout::{ExpectedTensor, TensorRole, expected_tensors};
+pub use mel_filters::mel_filters;
 pub use writer::WhisperBinWriter;
 
 use crate::error::{ModelError, Result};

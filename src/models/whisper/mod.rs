@@ -92,6 +92,9 @@ pub(crate) struct WhisperAudio {
     enc_out: Arc<Buffer>,
 }
 
+/// Time of each kind of step in nanoseconds, largest first.
+pub type StepTimes = Vec<(String, f64)>;
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A Whisper model resident on a device.
@@ -385,6 +388,72 @@ impl WhisperModel {
         &self.ctx
     }
 
+    /// Encodes one window as [`SpeechToTextModel::encode`], and with
+    /// `profile` the time of each kind of step in nanoseconds, largest first
+    /// (device timestamps, host steps timed on the host).
+    ///
+    /// # Errors
+    /// As [`SpeechToTextModel::encode`].
+    pub fn encode_with(
+        &self,
+        mel: &LogMel,
+        profile: bool,
+    ) -> Result<(AudioStates, Option<StepTimes>)> {
+        let hp = self.hparams;
+        check_mel(&hp, mel)?;
+        let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
+        let scratch = self
+            .encoder
+            .lock()
+            .map_err(|_| ModelError::Internal("encoder scratch poisoned".into()))?;
+        scratch.mel.write_slice(0, &mel.data)?;
+        let cross = (0..hp.n_text_layer)
+            .map(|il| FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}")))
+            .collect::<Result<Vec<_>>>()?;
+        let enc_out = Buffer::new(
+            &self.ctx,
+            (4 * n * d) as u64,
+            MemoryKind::Readback,
+            "encoder output",
+        )?;
+        let heads = self.heads(hp.n_audio_head, d);
+        let stem = ConvStem {
+            conv1: self.conv[0],
+            conv1_w: &self.conv_w[0],
+            conv2: self.conv[1],
+            conv2_w: &self.conv_w[1],
+            positions: &self.enc_pos,
+        };
+        let mut rec = Recording::new(&self.ctx, profile)?;
+        {
+            let mut f = Forward::new(&mut rec, self.planner, &scratch.ws, n)?;
+            f.conv_stem(&stem, Mat::new(&scratch.mel, hp.n_mels, N_FRAMES))?;
+            for b in &self.enc_blocks {
+                let block = EncoderBlock {
+                    attn: self.self_attention(&b.attn, heads),
+                    mlp: Self::mlp(&b.mlp),
+                };
+                f.encoder_block(&block, &scratch.keys, &scratch.at)?;
+            }
+            let enc = f.final_norm(self.ln_post.norm())?;
+            for (b, kv) in self.dec_blocks.iter().zip(&cross) {
+                f.cross_kv(enc, &b.cross.k, &b.cross.v, kv, &scratch.at)?;
+            }
+            f.copy_rows(enc, &enc_out)?;
+        }
+        rec.finish()?;
+        rec.submit_and_wait()?;
+        let times = if profile { Some(rec.profile()?) } else { None };
+        let states = AudioStates {
+            inner: Box::new(WhisperAudio {
+                owner: self.id,
+                cross: Arc::new(cross),
+                enc_out,
+            }),
+        };
+        Ok((states, times))
+    }
+
     fn heads(&self, n_head: usize, width: usize) -> Heads {
         let head_dim = width / n_head;
         Heads {
@@ -475,57 +544,7 @@ impl SpeechToTextModel for WhisperModel {
     }
 
     fn encode(&self, mel: &LogMel) -> Result<AudioStates> {
-        let hp = self.hparams;
-        check_mel(&hp, mel)?;
-        let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
-        let scratch = self
-            .encoder
-            .lock()
-            .map_err(|_| ModelError::Internal("encoder scratch poisoned".into()))?;
-        scratch.mel.write_slice(0, &mel.data)?;
-        let cross = (0..hp.n_text_layer)
-            .map(|il| FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}")))
-            .collect::<Result<Vec<_>>>()?;
-        let enc_out = Buffer::new(
-            &self.ctx,
-            (4 * n * d) as u64,
-            MemoryKind::Readback,
-            "encoder output",
-        )?;
-        let heads = self.heads(hp.n_audio_head, d);
-        let stem = ConvStem {
-            conv1: self.conv[0],
-            conv1_w: &self.conv_w[0],
-            conv2: self.conv[1],
-            conv2_w: &self.conv_w[1],
-            positions: &self.enc_pos,
-        };
-        let mut rec = Recording::new(&self.ctx, false)?;
-        {
-            let mut f = Forward::new(&mut rec, self.planner, &scratch.ws, n)?;
-            f.conv_stem(&stem, Mat::new(&scratch.mel, hp.n_mels, N_FRAMES))?;
-            for b in &self.enc_blocks {
-                let block = EncoderBlock {
-                    attn: self.self_attention(&b.attn, heads),
-                    mlp: Self::mlp(&b.mlp),
-                };
-                f.encoder_block(&block, &scratch.keys, &scratch.at)?;
-            }
-            let enc = f.final_norm(self.ln_post.norm())?;
-            for (b, kv) in self.dec_blocks.iter().zip(&cross) {
-                f.cross_kv(enc, &b.cross.k, &b.cross.v, kv, &scratch.at)?;
-            }
-            f.copy_rows(enc, &enc_out)?;
-        }
-        rec.finish()?;
-        rec.submit_and_wait()?;
-        Ok(AudioStates {
-            inner: Box::new(WhisperAudio {
-                owner: self.id,
-                cross: Arc::new(cross),
-                enc_out,
-            }),
-        })
+        Ok(self.encode_with(mel, false)?.0)
     }
 
     fn decoder(&self, audio: &AudioStates, n_seqs: usize) -> Result<Box<dyn SpeechDecoder + '_>> {

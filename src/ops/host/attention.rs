@@ -229,39 +229,83 @@ impl Seqs<'_> {
         let seqs = self.gather(mem, width, opts.window)?;
         let group = shape.n_head / shape.n_head_kv;
         let qw = shape.n_head * hd;
-        let mut o = vec![0.0f32; self.pos.len() * qw];
-        o.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
-            let (t, h) = (i / shape.n_head, i % shape.n_head);
-            let Some(s) = seqs.iter().find(|s| s.base == self.base[t]) else {
-                return;
-            };
-            let q = &qs[t * qw + h * hd..t * qw + (h + 1) * hd];
-            let col = (h / group) * hd;
-            let (a, b) = (
-                (self.first(t, opts.window) - s.lo) as usize,
-                (self.pos[t] - s.lo) as usize,
-            );
-            let at = |c: usize| c * width + col..c * width + col + hd;
-            let mut scores: Vec<f32> = (a..=b)
-                .map(|c| {
-                    let x = super::arch().dispatch(Dot(q, &s.k[at(c)])) * opts.scale;
-                    if opts.softcap > 0.0 {
-                        opts.softcap * (x / opts.softcap).tanh()
-                    } else {
-                        x
+        let n = self.pos.len();
+        // Runs of up to QUERY_BLOCK tokens of one sequence that see the same
+        // keys (an encoder's positions, cross-attention queries) share each
+        // key and value row they load: a block reads the keys from cache
+        // once for all its queries instead of once per query.
+        let mut blocks = Vec::new();
+        let mut t = 0;
+        while t < n {
+            let key = |u: usize| (self.base[u], self.first(u, opts.window), self.pos[u]);
+            let mut len = 1;
+            while len < QUERY_BLOCK && t + len < n && key(t + len) == key(t) {
+                len += 1;
+            }
+            blocks.push((t, len));
+            t += len;
+        }
+        let parts: Vec<Vec<f32>> = (0..blocks.len() * shape.n_head)
+            .into_par_iter()
+            .map(|i| {
+                let ((t0, len), h) = (blocks[i / shape.n_head], i % shape.n_head);
+                let mut out = vec![0.0f32; len * hd];
+                let Some(s) = seqs.iter().find(|s| s.base == self.base[t0]) else {
+                    return out;
+                };
+                let (a, b) = (self.first(t0, opts.window) - s.lo, self.pos[t0] - s.lo);
+                if a < 0 || b < a {
+                    return out;
+                }
+                let (a, nk) = (a as usize, (b - a + 1) as usize);
+                let q: Vec<&[f32]> = (t0..t0 + len)
+                    .map(|t| &qs[t * qw + h * hd..t * qw + (h + 1) * hd])
+                    .collect();
+                let rows = KeyRows {
+                    width,
+                    col: (h / group) * hd,
+                    first: a,
+                    n: nk,
+                    hd,
+                };
+                let mut scores = vec![0.0f32; len * nk];
+                super::arch().dispatch(BlockScores {
+                    q: &q,
+                    k: &s.k,
+                    rows,
+                    out: &mut scores,
+                });
+                let mut sums = Vec::with_capacity(len);
+                for row in scores.chunks_exact_mut(nk) {
+                    for x in row.iter_mut() {
+                        *x *= opts.scale;
+                        if opts.softcap > 0.0 {
+                            *x = opts.softcap * (*x / opts.softcap).tanh();
+                        }
                     }
-                })
-                .collect();
-            let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum = super::math::exp_shifted(&mut scores, m);
-            out.fill(0.0);
-            super::arch().dispatch(WeightedSum {
-                w: &scores,
-                rows: (a..=b).map(|c| &s.v[at(c)]),
-                out,
-            });
-            out.iter_mut().for_each(|a| *a /= sum);
-        });
+                    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    sums.push(super::math::exp_shifted(row, m));
+                }
+                super::arch().dispatch(BlockSum {
+                    p: &scores,
+                    v: &s.v,
+                    rows,
+                    out: &mut out,
+                });
+                for (o, sum) in out.chunks_exact_mut(hd).zip(sums) {
+                    o.iter_mut().for_each(|x| *x /= sum);
+                }
+                out
+            })
+            .collect();
+        let mut o = vec![0.0f32; n * qw];
+        for (i, part) in parts.iter().enumerate() {
+            let ((t0, _), h) = (blocks[i / shape.n_head], i % shape.n_head);
+            for (r, src) in part.chunks_exact(hd).enumerate() {
+                let at = (t0 + r) * qw + h * hd;
+                o[at..at + hd].copy_from_slice(src);
+            }
+        }
         Ok(o)
     }
 }
@@ -276,62 +320,88 @@ struct Keys {
     v: Vec<f32>,
 }
 
-/// `a · b`, in eight lanes the target's SIMD vectorizes.
-struct Dot<'a>(&'a [f32], &'a [f32]);
+/// Most queries of one block.
+const QUERY_BLOCK: usize = 8;
 
-impl pulp::WithSimd for Dot<'_> {
-    type Output = f32;
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) -> f32 {
-        let Dot(a, b) = self;
-        let mut acc = [0.0f32; 8];
-        let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-        let tail: f32 = ca
-            .remainder()
-            .iter()
-            .zip(cb.remainder())
-            .map(|(x, y)| x * y)
-            .sum();
-        for (x, y) in ca.zip(cb) {
-            for l in 0..8 {
-                acc[l] += x[l] * y[l];
-            }
-        }
-        acc.iter().sum::<f32>() + tail
+/// Where a head's key (or value) rows lie in a sequence's gathered rows.
+#[derive(Clone, Copy)]
+struct KeyRows {
+    /// Floats per gathered row.
+    width: usize,
+    /// The head's first column.
+    col: usize,
+    /// First row.
+    first: usize,
+    /// Rows.
+    n: usize,
+    /// Floats per head.
+    hd: usize,
+}
+
+impl KeyRows {
+    fn row<'a>(&self, m: &'a [f32], j: usize) -> &'a [f32] {
+        let at = (self.first + j) * self.width + self.col;
+        &m[at..at + self.hd]
     }
 }
 
-/// `out += Σ w[i] · rows[i]`.
-struct WeightedSum<'a, I> {
-    w: &'a [f32],
-    rows: I,
+/// `out[r * n + j] = q[r] · k[j]` for a block of queries, each key row
+/// loaded once for all of them.
+struct BlockScores<'a> {
+    q: &'a [&'a [f32]],
+    k: &'a [f32],
+    rows: KeyRows,
     out: &'a mut [f32],
 }
 
-impl<'a, I: Iterator<Item = &'a [f32]> + Clone> pulp::WithSimd for WeightedSum<'a, I> {
+impl pulp::WithSimd for BlockScores<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        let WeightedSum { w, rows, out } = self;
-        // 64 outputs at a time in a fixed-size array the compiler keeps in
-        // registers over all rows (a slice would be loaded and stored per row).
-        for (c, chunk) in out.chunks_mut(64).enumerate() {
-            let mut acc = [0.0f32; 64];
-            let len = chunk.len();
-            for (&p, r) in w.iter().zip(rows.clone()) {
-                let r = &r[64 * c..64 * c + len];
-                if len == 64 {
-                    for l in 0..64 {
-                        acc[l] += p * r[l];
-                    }
-                } else {
-                    for (a, &v) in acc.iter_mut().zip(r) {
-                        *a += p * v;
+        let BlockScores { q, k, rows, out } = self;
+        for j in 0..rows.n {
+            let kj = rows.row(k, j);
+            for (r, qr) in q.iter().enumerate() {
+                let mut acc = [0.0f32; 8];
+                let (ca, cb) = (qr.chunks_exact(8), kj.chunks_exact(8));
+                let tail: f32 = ca
+                    .remainder()
+                    .iter()
+                    .zip(cb.remainder())
+                    .map(|(x, y)| x * y)
+                    .sum();
+                for (x, y) in ca.zip(cb) {
+                    for l in 0..8 {
+                        acc[l] += x[l] * y[l];
                     }
                 }
+                out[r * rows.n + j] = acc.iter().sum::<f32>() + tail;
             }
-            for (o, a) in chunk.iter_mut().zip(&acc) {
-                *o += a;
+        }
+    }
+}
+
+/// `out[r] += Σ_j p[r * n + j] · v[j]` for a block of queries, each value
+/// row loaded once for all of them.
+struct BlockSum<'a> {
+    p: &'a [f32],
+    v: &'a [f32],
+    rows: KeyRows,
+    out: &'a mut [f32],
+}
+
+impl pulp::WithSimd for BlockSum<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let BlockSum { p, v, rows, out } = self;
+        for j in 0..rows.n {
+            let vj = rows.row(v, j);
+            for (r, o) in out.chunks_exact_mut(rows.hd).enumerate() {
+                let w = p[r * rows.n + j];
+                for (a, &x) in o.iter_mut().zip(vj) {
+                    *a += w * x;
+                }
             }
         }
     }

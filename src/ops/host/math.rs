@@ -96,6 +96,36 @@ pub(crate) fn exp_shifted(x: &mut [f32], m: f32) -> f32 {
     super::arch().dispatch(Op(x, m))
 }
 
+/// The exact GELU `x (1 + erf(x/√2)) / 2` in f32, erf by Abramowitz &
+/// Stegun 7.1.26 (absolute error below 1.5e-7, as `unary.comp`) over [`exp`]:
+/// the reference's f64 libm `erf` is a call per value.
+#[inline(always)]
+pub(crate) fn gelu_erf(x: f32) -> f32 {
+    let z = x * std::f32::consts::FRAC_1_SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * z.abs());
+    let poly = ((((1.061_405_4 * t - 1.453_152) * t + 1.421_413_8) * t - 0.284_496_74) * t
+        + 0.254_829_6)
+        * t;
+    let e = poly * exp(-z * z);
+    let erf = if z < 0.0 { e - 1.0 } else { 1.0 - e };
+    0.5 * x * (1.0 + erf)
+}
+
+/// `x[i] = gelu_erf(x[i])`, for the SIMD level detected at run time.
+pub(crate) fn gelu_erf_slice(x: &mut [f32]) {
+    struct Op<'a>(&'a mut [f32]);
+    impl pulp::WithSimd for Op<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) {
+            for v in self.0.iter_mut() {
+                *v = gelu_erf(*v);
+            }
+        }
+    }
+    super::arch().dispatch(Op(x));
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ops::glu::{Activation, act_ref};

@@ -1,12 +1,13 @@
 //! Elementwise functions on the host (the exact GELU, the copy and their
-//! adding forms), rows spread over the cores.
+//! adding forms), rows spread over the cores; the GELU in f32 arithmetic
+//! (`math::gelu_erf`, the GLSL kernel's) rather than the reference's f64.
 
 use rayon::prelude::*;
 
 use super::Rows;
 use crate::error::Result;
 use crate::gpu::{HostStep, Recording};
-use crate::ops::unary::{UnaryCall, unary_ref};
+use crate::ops::unary::{UnaryCall, UnaryOp};
 
 /// Records `out (+)= op(x)`.
 pub(super) fn record(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
@@ -15,8 +16,12 @@ pub(super) fn record(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
     rec.host(HostStep::new("unary", move |mem| {
         let cols = x.cols.max(1);
         let mut ys = x.to_vec(mem)?;
-        ys.par_chunks_mut(cols)
-            .for_each(|row| row.iter_mut().for_each(|v| *v = unary_ref(op, *v)));
+        match op {
+            UnaryOp::GeluErf => ys
+                .par_chunks_mut(cols)
+                .for_each(super::math::gelu_erf_slice),
+            UnaryOp::Copy => {}
+        }
         let mut d = out.write::<f32>(mem)?;
         for (r, src) in ys.chunks_exact(cols).enumerate() {
             let row = out.row_mut(&mut d, r);
