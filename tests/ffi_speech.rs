@@ -152,16 +152,17 @@ fn speech_model_load_bad_arguments_and_files() {
     let good = random_model_bytes(rng.next_u64());
     let cut = dir.join("cut.bin");
     for _ in 0..4 {
-        let at = rng.below(good.len());
+        // Past the magic: a whisper.cpp file, cut short.
+        let at = 4 + rng.below(good.len() - 4);
         std::fs::write(&cut, &good[..at]).expect("write");
         let (s, m) = rt.load(&cut);
         expect(s, COMBS_ERR_FORMAT, &["cut.bin"]);
         assert!(m.is_null());
     }
-    // The empty file.
+    // The empty file: no magic, so not a model combs knows.
     std::fs::write(&cut, b"").expect("write");
     let (s, _) = rt.load(&cut);
-    expect(s, COMBS_ERR_FORMAT, &["cut.bin"]);
+    expect(s, COMBS_ERR_UNSUPPORTED, &["cut.bin", "magic"]);
     // SAFETY: NULL is a no-op.
     unsafe { combs_speech_model_free(ptr::null_mut()) };
     let _ = std::fs::remove_dir_all(&dir);

@@ -139,6 +139,15 @@ pub fn transcribe(
 ) -> Result<Transcript> {
     opts.validate()?;
     check_samples(samples)?;
+    if crate::audio::content_frames(samples.len()) == 0 {
+        return Err(ModelError::invalid(
+            "pcm",
+            format!(
+                "{} samples at 16 kHz are shorter than one {HOP_LENGTH}-sample frame",
+                samples.len()
+            ),
+        ));
+    }
     let t = Instant::now();
     let hp = model.hparams();
     let pad = N_FRAMES * HOP_LENGTH;

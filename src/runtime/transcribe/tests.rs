@@ -410,4 +410,10 @@ fn bad_input_is_an_error() {
     assert!(check_samples(&[0.0, f32::NAN]).is_err());
     assert!(check_samples(&[0.0, f32::INFINITY]).is_err());
     assert!(check_samples(&[0.0, 0.5]).is_ok());
+    // Shorter than one frame.
+    let e = transcribe(&model, &[0.1; 100], &d, &mut |_: &Segment| true).expect_err("short");
+    assert!(
+        matches!(e, ModelError::InvalidArgument { name: "pcm", .. }),
+        "{e}"
+    );
 }
