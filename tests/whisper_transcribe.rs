@@ -278,3 +278,48 @@ fn converted_files_transcribe_as_in_whisper_cpp() {
     }
     eprintln!("{compared} transcripts compared with whisper.cpp's");
 }
+
+/// Word error rate of greedy tiny.en on `sample.wav` against its reference
+/// transcript (`sample.stm`, joined in time order in `clips.json`), with
+/// the normalization of `wer.json` (lower case; punctuation but apostrophes,
+/// and hyphens, to spaces). The references reach 0.160 there (0.198 in the
+/// issue's normalization); the issue asks for at most 0.21.
+#[test]
+#[ignore = "needs ggml-tiny.en.bin and the clips; a minute on a CPU"]
+fn tiny_en_greedy_wer_on_sample() {
+    let path = models_dir().join("ggml-tiny.en.bin");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whisper");
+    let clips: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("clips.json")).expect("clips.json"))
+            .expect("json");
+    let reference = clips["sample"]["reference_text"]
+        .as_str()
+        .expect("reference");
+    let ctx = GpuContext::new(None).expect("a device");
+    let model = load_speech_model(&ctx, &path, &LoadOptions::default()).expect("load");
+    let t = transcribe(
+        model.as_ref(),
+        &clip("sample"),
+        &options(1),
+        &mut |_: &Segment| true,
+    )
+    .expect("transcribe");
+    let norm = |s: &str| -> String {
+        s.to_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_alphanumeric() || c == '\'' || c.is_whitespace() {
+                    c
+                } else {
+                    ' '
+                }
+            })
+            .collect()
+    };
+    let w = wer(&norm(&t.text), &norm(reference));
+    eprintln!(
+        "tiny.en greedy on sample.wav: WER {w:.3}\n  {}",
+        t.text.trim()
+    );
+    assert!(w <= 0.21, "WER {w:.3}");
+}
