@@ -8,7 +8,7 @@
 
 mod common;
 
-use combs::gpu::DeviceClass;
+use combs::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording};
 use combs::models::LoadOptions;
 use combs::models::speech::{LogMel, N_FRAMES, SpeechToTextModel, WhisperHparams};
 use combs::models::whisper::{HostWhisper, WhisperModel};
@@ -165,7 +165,27 @@ fn small_random_model_matches_reference_on_gpu_plans() {
     };
     let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
     let re = WhisperReference::load(&src).expect("reference");
+    // Device memory that held NaNs, freed: the decoder's caches (and the
+    // spare set a reorder allocates) may be placed there, and attention
+    // must not read what the sequences never wrote.
+    poison_freed_memory(&ctx);
     compare(&dev, &re, &features(&mut rng, 80), 1e-3, "gpu plans");
+}
+
+/// Allocates device buffers, fills them with f16 NaNs and frees them.
+fn poison_freed_memory(ctx: &std::sync::Arc<GpuContext>) {
+    let size = 8 << 20;
+    let bufs: Vec<_> = (0..8)
+        .map(|i| {
+            Buffer::new(ctx, size, MemoryKind::Device, &format!("poison {i}")).expect("buffer")
+        })
+        .collect();
+    let mut rec = Recording::new(ctx, false).expect("recording");
+    for b in &bufs {
+        rec.fill(b, 0, size, 0x7e00_7e00).expect("fill");
+    }
+    rec.finish().expect("finish");
+    rec.submit_and_wait().expect("submit");
 }
 
 #[test]

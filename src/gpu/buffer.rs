@@ -53,6 +53,27 @@ fn alloc_error(what: &str, bytes: u64, e: gpu_allocator::AllocationError) -> Mod
 }
 
 impl Buffer {
+    /// As [`Buffer::new`], with every byte zero before anything reads it:
+    /// for caches whose kernels load whole tiles of rows and mask the rows
+    /// past a sequence's end, where masked garbage (NaN from memory another
+    /// buffer used before) would still reach the sums as 0 × NaN.
+    ///
+    /// # Errors
+    /// As [`Buffer::new`], or a failing submission.
+    pub fn zeroed(
+        ctx: &Arc<GpuContext>,
+        size: u64,
+        kind: MemoryKind,
+        name: &str,
+    ) -> Result<Arc<Self>> {
+        let buf = Self::new(ctx, size, kind, name)?;
+        let mut rec = super::Recording::new(ctx, false)?;
+        rec.fill(&buf, 0, size / 4 * 4, 0)?;
+        rec.finish()?;
+        rec.submit_and_wait()?;
+        Ok(buf)
+    }
+
     /// Creates a buffer of `size` bytes (at least 4).
     ///
     /// # Errors

@@ -52,8 +52,8 @@ impl ContiguousKVCache {
                 (n_ctx, 0)
             };
             let bytes = (rows * g.n_head_kv * g.head_dim * 2) as u64;
-            let k = Buffer::new(ctx, bytes, MemoryKind::Device, &format!("cache_k.{il}"))?;
-            let v = Buffer::new(ctx, bytes, MemoryKind::Device, &format!("cache_v.{il}"))?;
+            let k = Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("cache_k.{il}"))?;
+            let v = Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("cache_v.{il}"))?;
             out.push(LayerCache { k, v, rows, ring });
         }
         let page_table = Buffer::new(ctx, 4, MemoryKind::Upload, "page table")?;

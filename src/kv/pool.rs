@@ -88,8 +88,8 @@ impl PageSet {
                 });
             }
             layers.push(LayerPages {
-                k: Buffer::new(ctx, bytes, MemoryKind::Device, &format!("{name} k.{i}"))?,
-                v: Buffer::new(ctx, bytes, MemoryKind::Device, &format!("{name} v.{i}"))?,
+                k: Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("{name} k.{i}"))?,
+                v: Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("{name} v.{i}"))?,
                 row,
             });
         }

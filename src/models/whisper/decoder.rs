@@ -32,8 +32,8 @@ impl CacheSet {
         let layers = (0..n_layer)
             .map(|il| {
                 Ok((
-                    Buffer::new(ctx, bytes, MemoryKind::Device, &format!("self k {il}"))?,
-                    Buffer::new(ctx, bytes, MemoryKind::Device, &format!("self v {il}"))?,
+                    Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("self k {il}"))?,
+                    Buffer::zeroed(ctx, bytes, MemoryKind::Device, &format!("self v {il}"))?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
