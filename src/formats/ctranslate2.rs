@@ -12,8 +12,8 @@
 //! `u32 n_aliases`, each two strings (alias, target). A string is
 //! `u16 length` counting a trailing NUL, the bytes, the NUL.
 
+use crate::formats::backing::Backing;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
@@ -139,20 +139,6 @@ impl Ct2Variable<'_> {
             Ct2Dtype::I32 => i64::from(i32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
             _ => return None,
         })
-    }
-}
-
-enum Backing {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Backing {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Mapped(m) => m,
-            Backing::Owned(v) => v,
-        }
     }
 }
 
@@ -351,18 +337,7 @@ impl Ct2Model {
     /// [`ModelError::Io`] when it cannot be read; [`ModelError::Format`] when
     /// it is not a well-formed `model.bin`.
     pub fn open(path: &Path) -> Result<Self> {
-        let io = |source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let backing = if len == 0 {
-            Backing::Owned(Vec::new())
-        } else {
-            Backing::Mapped(crate::gpu::mapped::map_file(&file).map_err(io)?)
-        };
-        Self::from_backing(backing)
+        Self::from_backing(Backing::open(path)?)
     }
 
     /// Validates a `model.bin` held in memory.

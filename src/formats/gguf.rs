@@ -14,9 +14,9 @@
 mod parse;
 pub mod value;
 
+use crate::formats::backing::Backing;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::Path;
 
 pub use value::{MetaArray, MetaValue, ValueType};
@@ -50,21 +50,6 @@ impl TensorInfo {
     /// The GGML type's name (`Q4_K`, `IQ2_XXS`), also for types combs does not run.
     pub fn type_name(&self) -> String {
         ggml_type_name(self.ggml_type)
-    }
-}
-
-/// Where the file bytes live.
-enum Backing {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Backing {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Mapped(m) => m,
-            Backing::Owned(v) => v,
-        }
     }
 }
 
@@ -118,19 +103,7 @@ impl GgufFile {
     /// [`ModelError::Format`] or [`ModelError::Metadata`] when it is not a
     /// valid GGUF v2/v3 file.
     pub fn open(path: &Path) -> Result<Self> {
-        let io = |source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let backing = if len == 0 {
-            // mmap of an empty file fails on some platforms; the parser reports it as too short.
-            Backing::Owned(Vec::new())
-        } else {
-            Backing::Mapped(crate::gpu::mapped::map_file(&file).map_err(io)?)
-        };
-        Self::from_backing(backing)
+        Self::from_backing(Backing::open(path)?)
     }
 
     /// Validates a GGUF file held in memory (tests, generated files).

@@ -4,6 +4,7 @@
 //! model directories (`ctranslate2`). Nothing here
 //! depends on the `quant` module.
 
+pub(crate) mod backing;
 pub mod ctranslate2;
 pub mod ggml_type;
 pub mod gguf;

@@ -18,8 +18,8 @@ mod mel_filters;
 mod parse;
 mod writer;
 
+use crate::formats::backing::Backing;
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::Path;
 
 pub use layout::{ExpectedTensor, TensorRole, expected_tensors};
@@ -121,21 +121,6 @@ impl WhisperTensor<'_> {
     }
 }
 
-/// Where the file bytes live.
-enum Backing {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Backing {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Backing::Mapped(m) => m,
-            Backing::Owned(v) => v,
-        }
-    }
-}
-
 /// An opened, validated whisper.cpp model file. Every tensor the
 /// dimensions call for is present with the right shape and a type its role
 /// allows (see [`TensorRole`]), and no other tensor is.
@@ -184,19 +169,7 @@ impl WhisperFile {
     /// [`ModelError::Shape`] or [`ModelError::UnsupportedTensorType`] when it
     /// is not a whisper.cpp model file combs can load.
     pub fn open(path: &Path) -> Result<Self> {
-        let io = |source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        let backing = if len == 0 {
-            // mmap of an empty file fails on some platforms; the parser reports it as too short.
-            Backing::Owned(Vec::new())
-        } else {
-            Backing::Mapped(crate::gpu::mapped::map_file(&file).map_err(io)?)
-        };
-        Self::from_backing(backing)
+        Self::from_backing(Backing::open(path)?)
     }
 
     /// Validates a file held in memory (tests, files just written).
