@@ -25,8 +25,8 @@ use combs::ops::rms_norm::{NormFlavor, NormOut, NormWeight, RmsNorm, RmsNormCall
 use combs::ops::rope::{Rope, RopeCall, RopeScaling, RopeStyle, inv_freq, rope_ref};
 use combs::ops::softcap::softcap_ref;
 use combs::ops::{AnyMat, Mat};
-use combs::quant::{DeviceLayout, QuantType, QuantWeight, TensorBytes, dequantize_vec};
-use common::{Rng, gpu};
+use combs::quant::{QuantType, QuantWeight, TensorBytes, dequantize_vec};
+use common::{Rng, gpu, random_weight, rel_err};
 use half::f16;
 
 fn device_f32(ctx: &Arc<GpuContext>, v: &[f32]) -> Arc<Buffer> {
@@ -62,48 +62,6 @@ fn run(ctx: &Arc<GpuContext>, f: impl FnOnce(&mut Recording)) {
         0,
         "a host kernel dispatched Vulkan work"
     );
-}
-
-/// Relative L2 error of `got` against `want`.
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|&b| f64::from(b).powi(2)).sum();
-    (num / den.max(1e-30)).sqrt()
-}
-
-/// Random GGUF bytes of `t` with finite scales.
-fn random_weight(rng: &mut Rng, t: QuantType, n: usize) -> Vec<u8> {
-    match t {
-        QuantType::F32 => bytemuck::cast_slice(&rng.normals(n, 0.5)).to_vec(),
-        QuantType::F16 => rng
-            .normals(n, 0.5)
-            .iter()
-            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
-            .collect(),
-        QuantType::BF16 => rng
-            .normals(n, 0.5)
-            .iter()
-            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
-            .collect(),
-        _ => {
-            let mut bytes = vec![0u8; n / t.block_size() * t.block_bytes()];
-            rng.fill(&mut bytes);
-            let layout = DeviceLayout::of(t).expect("quantized");
-            for block in bytes.chunks_exact_mut(t.block_bytes()) {
-                for &off in layout.scales {
-                    let v = rng.range(0.001, 0.05) * if rng.below(2) == 0 { 1.0 } else { -1.0 };
-                    block[off..off + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
-                }
-            }
-            bytes
-        }
-    }
 }
 
 /// A weight of `t` on the device (in chunks of at most `max_chunk` bytes)
