@@ -59,6 +59,8 @@ pub(super) struct BeamKv {
     /// Per token of a call, its sequence (the index of its page).
     seq_base: Arc<Buffer>,
     n_seqs: usize,
+    /// Bumped whenever a buffer a recorded step binds is replaced.
+    epoch: u64,
 }
 
 impl BeamKv {
@@ -79,6 +81,7 @@ impl BeamKv {
             page_table: int_buffer(ctx, &table, "beam page table")?,
             seq_base: int_buffer(ctx, &vec![0; cap * n_ctx], "beam sequence of token")?,
             n_seqs,
+            epoch: 0,
         })
     }
 
@@ -94,6 +97,7 @@ impl BeamKv {
         let n_layer = self.cur.layers.len();
         let need = source.len().max(1);
         if self.spare.as_ref().is_none_or(|s| s.cap < need) {
+            self.epoch += 1;
             self.spare = Some(CacheSet::new(
                 ctx,
                 n_layer,
@@ -130,6 +134,7 @@ impl BeamKv {
         let old = std::mem::replace(&mut self.cur, spare);
         self.spare = Some(old);
         if self.cur.cap > self.page_capacity() {
+            self.epoch += 1;
             let table: Vec<i32> = (0..self.cur.cap as i32).collect();
             self.page_table = int_buffer(ctx, &table, "beam page table")?;
             self.seq_base = int_buffer(
@@ -140,6 +145,14 @@ impl BeamKv {
         }
         self.n_seqs = source.len();
         Ok(())
+    }
+
+    /// The current cache set, as an identity for recorded steps.
+    fn cache_set(&self) -> usize {
+        self.cur
+            .layers
+            .first()
+            .map_or(0, |(k, _)| Arc::as_ptr(k) as usize)
     }
 
     fn page_capacity(&self) -> usize {
@@ -190,7 +203,23 @@ pub(super) struct WhisperDecoder<'m> {
     ws: Option<Workspace>,
     host_logits: Option<Arc<Buffer>>,
     n_past: usize,
+    /// Recorded one-token steps, replayed while the buffers they bind stay
+    /// (the design's rule: a decode step is recorded once). Positions and
+    /// sequence bases live in buffers, so one recording serves every
+    /// `n_past`; beams alternate between two cache sets, hence a few.
+    steps: Vec<(StepKey, Recording)>,
 }
+
+/// What a recorded one-token step depends on beyond its buffers' contents.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct StepKey {
+    n_seqs: usize,
+    /// The current self-attention cache set (reorders swap two).
+    cache_set: usize,
+}
+
+/// Recorded steps kept per decoder: two cache sets × a few beam counts.
+const MAX_STEPS: usize = 6;
 
 impl<'m> WhisperDecoder<'m> {
     pub(super) fn new(
@@ -211,6 +240,7 @@ impl<'m> WhisperDecoder<'m> {
             ws: None,
             host_logits: None,
             n_past: 0,
+            steps: Vec::new(),
         })
     }
 
@@ -239,11 +269,28 @@ impl<'m> WhisperDecoder<'m> {
             }
             self.host_logits = Some(ws.host_logits("whisper logits")?);
             self.ws = Some(ws);
+            self.steps.clear();
         }
         match (&self.ws, &self.host_logits) {
             (Some(ws), Some(h)) => Ok((ws.clone(), h.clone())),
             _ => Err(ModelError::Internal("no decoder workspace".into())),
         }
+    }
+
+    /// Records a step of `n` tokens, `m` per sequence, into `host`.
+    fn record(&self, ws: &Workspace, host: &Arc<Buffer>, n: usize, m: usize) -> Result<Recording> {
+        let model = self.model;
+        let mut rec = Recording::new(model.context(), false)?;
+        {
+            let mut f = Forward::new(&mut rec, model.planner, ws, n)?.with_cache(&self.kv);
+            f.embed_with_positions(&model.tok_emb.weight, &model.dec_pos)?;
+            for (il, cross) in self.cross.iter().enumerate() {
+                f.cross_decoder_block(il, &model.text_block(il)?, cross, &self.cross_at)?;
+            }
+            f.last_logits(model.ln.norm(), &model.tok_emb, m, host)?;
+        }
+        rec.finish()?;
+        Ok(rec)
     }
 }
 
@@ -297,18 +344,28 @@ impl SpeechDecoder for WhisperDecoder<'_> {
         ws.ids.write_slice(0, &ids)?;
         ws.positions.write_slice(0, &pos)?;
         self.kv.seq_base.write_slice(0, &base)?;
-        let model = self.model;
-        let mut rec = Recording::new(model.context(), false)?;
-        {
-            let mut f = Forward::new(&mut rec, model.planner, &ws, n)?.with_cache(&self.kv);
-            f.embed_with_positions(&model.tok_emb.weight, &model.dec_pos)?;
-            for (il, cross) in self.cross.iter().enumerate() {
-                f.cross_decoder_block(il, &model.text_block(il)?, cross, &self.cross_at)?;
-            }
-            f.last_logits(model.ln.norm(), &model.tok_emb, m, &host)?;
+        if m == 1 {
+            let key = StepKey {
+                n_seqs,
+                cache_set: self.kv.cache_set(),
+            };
+            let i = match self.steps.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    let rec = self.record(&ws, &host, n, m)?;
+                    if self.steps.len() == MAX_STEPS {
+                        self.steps.remove(0);
+                    }
+                    self.steps.push((key, rec));
+                    self.steps.len() - 1
+                }
+            };
+            self.steps[i].1.submit_and_wait()?;
+        } else {
+            // A prompt runs once per window: its attention length is
+            // recorded, so it is not kept.
+            self.record(&ws, &host, n, m)?.submit_and_wait()?;
         }
-        rec.finish()?;
-        rec.submit_and_wait()?;
         let mut out = vec![0.0f32; n_seqs * hp.n_vocab];
         host.read_slice(0, &mut out)?;
         self.n_past += m;
@@ -326,7 +383,9 @@ impl SpeechDecoder for WhisperDecoder<'_> {
             return Err(ModelError::invalid("reorder", "no sequences"));
         }
         let max_queries = source.len() * self.model.hparams.n_text_ctx;
+        let epoch = self.kv.epoch;
         if max_queries > self.cross_at.max_queries {
+            self.steps.clear();
             self.cross_at = FullKvAddressing::new(
                 self.model.context(),
                 self.model.hparams.n_audio_ctx,
@@ -334,7 +393,11 @@ impl SpeechDecoder for WhisperDecoder<'_> {
             )?;
         }
         let ctx = self.model.context().clone();
-        self.kv.reorder(&ctx, self.model, source, self.n_past)
+        self.kv.reorder(&ctx, self.model, source, self.n_past)?;
+        if self.kv.epoch != epoch {
+            self.steps.clear();
+        }
+        Ok(())
     }
 
     fn reset(&mut self) {
