@@ -122,6 +122,16 @@ pub trait SpeechToTextModel: Send + Sync {
     /// Features of the wrong shape, non-finite values, device errors.
     fn encode(&self, mel: &LogMel) -> Result<AudioStates>;
 
+    /// [`encode`](Self::encode) with the device time of each kind of step
+    /// in nanoseconds, largest first (empty where the model cannot time
+    /// its steps: the default).
+    ///
+    /// # Errors
+    /// As [`encode`](Self::encode).
+    fn encode_profiled(&self, mel: &LogMel) -> Result<(AudioStates, Vec<(String, f64)>)> {
+        Ok((self.encode(mel)?, Vec::new()))
+    }
+
     /// A decoder of `n_seqs` empty sequences over `audio`.
     ///
     /// # Errors

@@ -67,6 +67,10 @@ pub struct TranscribeArgs {
     /// Kernels: `auto`, `vulkan` or `host`.
     #[arg(long, value_enum, default_value = "auto")]
     kernels: KernelsArg,
+    /// After transcribing, encode the first window once more with device
+    /// timestamps and print the time of each kind of step.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Prints segments as they come and drives the progress bar.
@@ -239,5 +243,30 @@ pub fn run(args: &TranscribeArgs, out: &mut dyn Write) -> Result<(), CliError> {
         s.audio_seconds / total.max(1e-9),
         transcript.language
     );
+    if args.profile {
+        print_encoder_profile(model.as_ref(), &samples)?;
+    }
+    Ok(())
+}
+
+/// Encodes the audio's first window with timestamps and prints each kind
+/// of step's device time, largest first.
+fn print_encoder_profile(
+    model: &dyn combs::models::speech::SpeechToTextModel,
+    samples: &[f32],
+) -> Result<(), CliError> {
+    let hp = model.hparams();
+    let mel = combs::audio::log_mel(samples, model.mel_filters(), hp.n_mels, 0)?;
+    let first = combs::audio::window(&mel, 0)?;
+    let (_, times) = model.encode_profiled(&first)?;
+    let total: f64 = times.iter().map(|(_, ns)| ns).sum();
+    eprintln!("encoder profile (one window): {:.3} ms", total / 1e6);
+    for (label, ns) in &times {
+        eprintln!(
+            "  {:>9.3} ms {:>5.1}%  {label}",
+            ns / 1e6,
+            100.0 * ns / total.max(1.0)
+        );
+    }
     Ok(())
 }

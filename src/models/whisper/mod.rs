@@ -547,6 +547,11 @@ impl SpeechToTextModel for WhisperModel {
         Ok(self.encode_with(mel, false)?.0)
     }
 
+    fn encode_profiled(&self, mel: &LogMel) -> Result<(AudioStates, Vec<(String, f64)>)> {
+        let (states, times) = self.encode_with(mel, true)?;
+        Ok((states, times.unwrap_or_default()))
+    }
+
     fn decoder(&self, audio: &AudioStates, n_seqs: usize) -> Result<Box<dyn SpeechDecoder + '_>> {
         let a = self.audio(audio)?;
         Ok(Box::new(decoder::WhisperDecoder::new(
