@@ -145,6 +145,85 @@ fn small_random_q8_model_matches_reference_on_vulkan_kernels() {
     compare(&dev, &re, &features(&mut rng, 80), 1e-3, "vulkan");
 }
 
+/// Logits of a fixed two-step decode of one sequence over `audio`.
+fn decode_two(
+    model: &dyn SpeechToTextModel,
+    audio: &combs::models::speech::AudioStates,
+) -> Vec<f32> {
+    let sot = model.vocab().specials.sot;
+    let mut d = model.decoder(audio, 1).expect("decoder");
+    let mut l = d.step(&[&[sot, 50362]]).expect("prompt");
+    l.extend(d.step(&[&[440]]).expect("step"));
+    l
+}
+
+/// The encoder reuses a window's buffers (and replays its recording) only
+/// once no states or decoders of that window are alive; decoders reuse
+/// their parts and recorded steps across windows. Results equal the
+/// reference's however windows and decoders are interleaved.
+#[test]
+fn windows_and_decoders_reuse_buffers_safely() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("whisper reuse");
+    let hp = WhisperHparams {
+        n_audio_layer: 1,
+        n_text_layer: 1,
+        ..small()
+    };
+    let src = HostWhisper::random(hp, QuantType::F16, rng.next_u64()).expect("random model");
+    let opts = LoadOptions {
+        backend: Some(Backend::Host),
+        ..LoadOptions::default()
+    };
+    let dev = WhisperModel::load(&ctx, &src, &opts).expect("load");
+    let re = WhisperReference::load(&src).expect("reference");
+    let mels: Vec<LogMel> = (0..3).map(|_| features(&mut rng, 80)).collect();
+    let want: Vec<(Vec<f32>, Vec<f32>)> = mels
+        .iter()
+        .map(|m| {
+            let a = re.encode(m).expect("encode");
+            (re.encoder_output(&a).expect("output"), decode_two(&re, &a))
+        })
+        .collect();
+    let check = |i: usize, a: &combs::models::speech::AudioStates, what: &str| {
+        let e = max_rel(&dev.encoder_output(a).expect("output"), &want[i].0);
+        let l = max_rel(&decode_two(&dev, a), &want[i].1);
+        eprintln!("{what}: window {i} encoder {e:.2e} logits {l:.2e}");
+        assert!(e < 1e-3 && l < 1e-3, "{what}: window {i} off: {e} {l}");
+    };
+    // Three windows alive at once: more than the encoder keeps slots for.
+    let held: Vec<_> = mels
+        .iter()
+        .map(|m| dev.encode(m).expect("encode"))
+        .collect();
+    for (i, a) in held.iter().enumerate().rev() {
+        check(i, a, "held");
+    }
+    drop(held);
+    // One window at a time, as a transcription goes: replayed encoders and
+    // pooled decoders.
+    for round in 0..2 {
+        for (i, m) in mels.iter().enumerate() {
+            let a = dev.encode(m).expect("encode");
+            check(i, &a, &format!("round {round}"));
+        }
+    }
+    // A decoder outliving its states keeps the window's buffers.
+    let a = dev.encode(&mels[0]).expect("encode");
+    let mut d = dev.decoder(&a, 1).expect("decoder");
+    drop(a);
+    let b = dev.encode(&mels[1]).expect("encode");
+    check(1, &b, "while a decoder of another window lives");
+    let sot = dev.vocab().specials.sot;
+    let mut l = d.step(&[&[sot, 50362]]).expect("prompt");
+    l.extend(d.step(&[&[440]]).expect("step"));
+    let err = max_rel(&l, &want[0].1);
+    assert!(
+        err < 1e-3,
+        "decoder of a dropped window's states off by {err}"
+    );
+}
+
 /// The plans a GPU gets (matvecs for the decode steps, the decode
 /// attention storing K/V itself, the tiled and blocked kernels), run on
 /// whatever device the tests have.

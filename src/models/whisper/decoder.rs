@@ -197,61 +197,105 @@ impl KvAttention for BeamKv {
 /// A [`SpeechDecoder`] of a [`WhisperModel`].
 pub(super) struct WhisperDecoder<'m> {
     model: &'m WhisperModel,
+    /// Keeps the encoder from reusing the window's buffers meanwhile.
+    _lease: Arc<()>,
+    n_past: usize,
+    /// Taken from the model's pool and given back on drop, so the next
+    /// window's decoder replays the steps recorded here.
+    parts: Option<DecoderParts>,
+}
+
+/// What a decoder allocates and records: kept by the model between windows
+/// (the encoder reuses its output buffers too, so the recorded steps stay
+/// valid across windows).
+pub(super) struct DecoderParts {
     cross: Arc<Vec<FullKv>>,
     cross_at: FullKvAddressing,
     kv: BeamKv,
     ws: Option<Workspace>,
     host_logits: Option<Arc<Buffer>>,
-    n_past: usize,
-    /// Recorded one-token steps, replayed while the buffers they bind stay
-    /// (the design's rule: a decode step is recorded once). Positions and
+    /// Recorded steps, replayed while the buffers they bind stay (the
+    /// design's rule: a decode step is recorded once). Positions and
     /// sequence bases live in buffers, so one recording serves every
     /// `n_past`; beams alternate between two cache sets, hence a few.
     steps: Vec<(StepKey, Recording)>,
 }
 
-/// What a recorded one-token step depends on beyond its buffers' contents.
+/// What a recorded step depends on beyond its buffers' contents.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct StepKey {
     n_seqs: usize,
+    /// Tokens per sequence.
+    m: usize,
     /// The current self-attention cache set (reorders swap two).
     cache_set: usize,
 }
 
-/// Recorded steps kept per decoder: two cache sets × a few beam counts.
-const MAX_STEPS: usize = 6;
+/// Recorded steps kept: the prompt's and the one-token step, for two cache
+/// sets and a couple of beam counts.
+const MAX_STEPS: usize = 8;
 
-impl<'m> WhisperDecoder<'m> {
-    pub(super) fn new(
-        model: &'m WhisperModel,
-        cross: Arc<Vec<FullKv>>,
-        n_seqs: usize,
-    ) -> Result<Self> {
+/// Decoders' parts a model keeps for reuse.
+pub(super) const MAX_POOLED: usize = 2;
+
+impl DecoderParts {
+    fn new(model: &WhisperModel, cross: Arc<Vec<FullKv>>, n_seqs: usize) -> Result<Self> {
         let hp = model.hparams;
-        if n_seqs == 0 {
-            return Err(ModelError::invalid("n_seqs", "a decoder of no sequences"));
-        }
         let ctx = model.context();
-        Ok(WhisperDecoder {
-            model,
+        Ok(DecoderParts {
             cross,
             cross_at: FullKvAddressing::new(ctx, hp.n_audio_ctx, n_seqs * hp.n_text_ctx)?,
             kv: BeamKv::new(ctx, hp.n_text_layer, n_seqs, hp.n_text_ctx, hp.n_text_state)?,
             ws: None,
             host_logits: None,
-            n_past: 0,
             steps: Vec::new(),
         })
     }
 
+    /// Fits these parts to a new window's `cross` and `n_seqs` sequences.
+    fn rebind(
+        &mut self,
+        model: &WhisperModel,
+        cross: Arc<Vec<FullKv>>,
+        n_seqs: usize,
+    ) -> Result<()> {
+        let hp = model.hparams;
+        if !Arc::ptr_eq(&self.cross, &cross) {
+            self.steps.clear();
+            self.cross = cross;
+        }
+        if n_seqs * hp.n_text_ctx > self.cross_at.max_queries {
+            self.steps.clear();
+            self.cross_at =
+                FullKvAddressing::new(model.context(), hp.n_audio_ctx, n_seqs * hp.n_text_ctx)?;
+        }
+        if n_seqs > self.kv.cur.cap || n_seqs > self.kv.page_capacity() {
+            self.steps.clear();
+            self.kv = BeamKv::new(
+                model.context(),
+                hp.n_text_layer,
+                n_seqs,
+                hp.n_text_ctx,
+                hp.n_text_state,
+            )?;
+        }
+        self.kv.n_seqs = n_seqs;
+        Ok(())
+    }
+
     /// A workspace for calls of `n` tokens and `rows` logit rows.
-    fn workspace(&mut self, n: usize, rows: usize) -> Result<(Workspace, Arc<Buffer>)> {
+    fn workspace(
+        &mut self,
+        model: &WhisperModel,
+        n: usize,
+        rows: usize,
+    ) -> Result<(Workspace, Arc<Buffer>)> {
         let fits = self
             .ws
             .as_ref()
             .is_some_and(|ws| ws.max_tokens >= n && ws.max_logit_rows >= rows);
         if !fits {
-            let hp = self.model.hparams;
+            let hp = model.hparams;
             let d = hp.n_text_state;
             let shape = WorkspaceShape {
                 n_embd: d,
@@ -260,7 +304,7 @@ impl<'m> WhisperDecoder<'m> {
                 n_ff: 4 * d,
                 n_vocab: hp.n_vocab,
             };
-            let ws = Workspace::new(self.model.context(), shape, n, rows, false)?;
+            let ws = Workspace::new(model.context(), shape, n, rows, false)?;
             if ws.max_logit_rows < rows {
                 return Err(ModelError::invalid(
                     "n_seqs",
@@ -278,8 +322,14 @@ impl<'m> WhisperDecoder<'m> {
     }
 
     /// Records a step of `n` tokens, `m` per sequence, into `host`.
-    fn record(&self, ws: &Workspace, host: &Arc<Buffer>, n: usize, m: usize) -> Result<Recording> {
-        let model = self.model;
+    fn record(
+        &self,
+        model: &WhisperModel,
+        ws: &Workspace,
+        host: &Arc<Buffer>,
+        n: usize,
+        m: usize,
+    ) -> Result<Recording> {
         let mut rec = Recording::new(model.context(), false)?;
         {
             let mut f = Forward::new(&mut rec, model.planner, ws, n)?.with_cache(&self.kv);
@@ -292,11 +342,87 @@ impl<'m> WhisperDecoder<'m> {
         rec.finish()?;
         Ok(rec)
     }
+
+    /// Runs a step of `n` tokens, `m` per sequence, replaying its
+    /// recording when one exists.
+    fn run(
+        &mut self,
+        model: &WhisperModel,
+        ws: &Workspace,
+        host: &Arc<Buffer>,
+        n: usize,
+        m: usize,
+    ) -> Result<()> {
+        let key = StepKey {
+            n_seqs: self.kv.n_seqs,
+            m,
+            cache_set: self.kv.cache_set(),
+        };
+        let i = match self.steps.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let rec = self.record(model, ws, host, n, m)?;
+                if self.steps.len() == MAX_STEPS {
+                    self.steps.remove(0);
+                }
+                self.steps.push((key, rec));
+                self.steps.len() - 1
+            }
+        };
+        self.steps[i].1.submit_and_wait()
+    }
+}
+
+impl<'m> WhisperDecoder<'m> {
+    pub(super) fn new(
+        model: &'m WhisperModel,
+        cross: Arc<Vec<FullKv>>,
+        lease: Arc<()>,
+        n_seqs: usize,
+    ) -> Result<Self> {
+        if n_seqs == 0 {
+            return Err(ModelError::invalid("n_seqs", "a decoder of no sequences"));
+        }
+        let pooled = model
+            .decoder_pool
+            .lock()
+            .map_err(|_| ModelError::Internal("decoder pool poisoned".into()))?
+            .pop();
+        let parts = match pooled {
+            Some(mut p) => {
+                p.rebind(model, cross, n_seqs)?;
+                p
+            }
+            None => DecoderParts::new(model, cross, n_seqs)?,
+        };
+        Ok(WhisperDecoder {
+            model,
+            _lease: lease,
+            n_past: 0,
+            parts: Some(parts),
+        })
+    }
+
+    fn parts(&mut self) -> Result<&mut DecoderParts> {
+        self.parts
+            .as_mut()
+            .ok_or_else(|| ModelError::Internal("decoder parts missing".into()))
+    }
+}
+
+impl Drop for WhisperDecoder<'_> {
+    fn drop(&mut self) {
+        if let (Some(parts), Ok(mut pool)) = (self.parts.take(), self.model.decoder_pool.lock()) {
+            if pool.len() < MAX_POOLED {
+                pool.push(parts);
+            }
+        }
+    }
 }
 
 impl SpeechDecoder for WhisperDecoder<'_> {
     fn n_seqs(&self) -> usize {
-        self.kv.n_seqs
+        self.parts.as_ref().map_or(0, |p| p.kv.n_seqs)
     }
 
     fn n_past(&self) -> usize {
@@ -304,8 +430,11 @@ impl SpeechDecoder for WhisperDecoder<'_> {
     }
 
     fn step(&mut self, tokens: &[&[u32]]) -> Result<Vec<f32>> {
-        let hp = self.model.hparams;
-        let n_seqs = self.kv.n_seqs;
+        let model = self.model;
+        let hp = model.hparams;
+        let n_past = self.n_past;
+        let parts = self.parts()?;
+        let n_seqs = parts.kv.n_seqs;
         let m = tokens.first().map_or(0, |t| t.len());
         if tokens.len() != n_seqs || m == 0 || tokens.iter().any(|t| t.len() != m) {
             return Err(ModelError::invalid(
@@ -317,10 +446,10 @@ impl SpeechDecoder for WhisperDecoder<'_> {
                 ),
             ));
         }
-        if self.n_past + m > hp.n_text_ctx {
+        if n_past + m > hp.n_text_ctx {
             return Err(ModelError::ContextFull {
                 n_ctx: hp.n_text_ctx,
-                requested: self.n_past + m,
+                requested: n_past + m,
             });
         }
         if let Some(&bad) = tokens
@@ -334,38 +463,17 @@ impl SpeechDecoder for WhisperDecoder<'_> {
             ));
         }
         let n = n_seqs * m;
-        let (ws, host) = self.workspace(n, n_seqs)?;
+        let (ws, host) = parts.workspace(model, n, n_seqs)?;
         let ids: Vec<i32> = tokens
             .iter()
             .flat_map(|t| t.iter().map(|&v| v as i32))
             .collect();
-        let pos: Vec<i32> = (0..n).map(|t| (self.n_past + t % m) as i32).collect();
+        let pos: Vec<i32> = (0..n).map(|t| (n_past + t % m) as i32).collect();
         let base: Vec<i32> = (0..n).map(|t| (t / m) as i32).collect();
         ws.ids.write_slice(0, &ids)?;
         ws.positions.write_slice(0, &pos)?;
-        self.kv.seq_base.write_slice(0, &base)?;
-        if m == 1 {
-            let key = StepKey {
-                n_seqs,
-                cache_set: self.kv.cache_set(),
-            };
-            let i = match self.steps.iter().position(|(k, _)| *k == key) {
-                Some(i) => i,
-                None => {
-                    let rec = self.record(&ws, &host, n, m)?;
-                    if self.steps.len() == MAX_STEPS {
-                        self.steps.remove(0);
-                    }
-                    self.steps.push((key, rec));
-                    self.steps.len() - 1
-                }
-            };
-            self.steps[i].1.submit_and_wait()?;
-        } else {
-            // A prompt runs once per window: its attention length is
-            // recorded, so it is not kept.
-            self.record(&ws, &host, n, m)?.submit_and_wait()?;
-        }
+        parts.kv.seq_base.write_slice(0, &base)?;
+        parts.run(model, &ws, &host, n, m)?;
         let mut out = vec![0.0f32; n_seqs * hp.n_vocab];
         host.read_slice(0, &mut out)?;
         self.n_past += m;
@@ -373,29 +481,29 @@ impl SpeechDecoder for WhisperDecoder<'_> {
     }
 
     fn reorder(&mut self, source: &[usize]) -> Result<()> {
-        if let Some(&bad) = source.iter().find(|&&s| s >= self.kv.n_seqs) {
+        let model = self.model;
+        let n_past = self.n_past;
+        let parts = self.parts()?;
+        if let Some(&bad) = source.iter().find(|&&s| s >= parts.kv.n_seqs) {
             return Err(ModelError::invalid(
                 "reorder",
-                format!("sequence {bad} of {}", self.kv.n_seqs),
+                format!("sequence {bad} of {}", parts.kv.n_seqs),
             ));
         }
         if source.is_empty() {
             return Err(ModelError::invalid("reorder", "no sequences"));
         }
-        let max_queries = source.len() * self.model.hparams.n_text_ctx;
-        let epoch = self.kv.epoch;
-        if max_queries > self.cross_at.max_queries {
-            self.steps.clear();
-            self.cross_at = FullKvAddressing::new(
-                self.model.context(),
-                self.model.hparams.n_audio_ctx,
-                max_queries,
-            )?;
+        let max_queries = source.len() * model.hparams.n_text_ctx;
+        let epoch = parts.kv.epoch;
+        if max_queries > parts.cross_at.max_queries {
+            parts.steps.clear();
+            parts.cross_at =
+                FullKvAddressing::new(model.context(), model.hparams.n_audio_ctx, max_queries)?;
         }
-        let ctx = self.model.context().clone();
-        self.kv.reorder(&ctx, self.model, source, self.n_past)?;
-        if self.kv.epoch != epoch {
-            self.steps.clear();
+        let ctx = model.context().clone();
+        parts.kv.reorder(&ctx, model, source, n_past)?;
+        if parts.kv.epoch != epoch {
+            parts.steps.clear();
         }
         Ok(())
     }

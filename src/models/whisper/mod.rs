@@ -81,7 +81,23 @@ struct EncoderScratch {
     mel: Arc<Buffer>,
     keys: FullKv,
     at: FullKvAddressing,
+    /// Windows' output buffers with the encoder recorded into them, reused
+    /// once no states of theirs are alive (the encoder then only replays).
+    slots: Vec<EncoderSlot>,
 }
+
+/// One window's output buffers and the encoder recorded into them.
+struct EncoderSlot {
+    cross: Arc<Vec<FullKv>>,
+    enc_out: Arc<Buffer>,
+    /// Held by every [`WhisperAudio`] and decoder of this slot's window.
+    lease: Arc<()>,
+    rec: Recording,
+}
+
+/// Slots kept: a caller holding more windows' states at once gets buffers
+/// recorded afresh.
+const MAX_ENCODER_SLOTS: usize = 2;
 
 /// One window's states on the device.
 pub(crate) struct WhisperAudio {
@@ -90,6 +106,9 @@ pub(crate) struct WhisperAudio {
     cross: Arc<Vec<FullKv>>,
     /// The encoder output, `n_audio_ctx` rows of `n_audio_state`.
     enc_out: Arc<Buffer>,
+    /// Keeps the encoder from reusing these buffers while the states or a
+    /// decoder over them live.
+    lease: Arc<()>,
 }
 
 /// Time of each kind of step in nanoseconds, largest first.
@@ -115,6 +134,8 @@ pub struct WhisperModel {
     dec_blocks: Vec<DecBlockW>,
     ln: NormW,
     encoder: Mutex<EncoderScratch>,
+    /// Decoders' buffers and recorded steps, for the next window's decoder.
+    decoder_pool: Mutex<Vec<decoder::DecoderParts>>,
 }
 
 /// Uploads tensors of one source, checking their shapes.
@@ -362,6 +383,7 @@ impl WhisperModel {
             )?,
             keys: FullKv::new(ctx, hp.n_audio_ctx, d, "encoder attention")?,
             at: FullKvAddressing::new(ctx, hp.n_audio_ctx, hp.n_audio_ctx)?,
+            slots: Vec::new(),
         };
         Ok(WhisperModel {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -380,6 +402,7 @@ impl WhisperModel {
             dec_blocks,
             ln,
             encoder: Mutex::new(encoder),
+            decoder_pool: Mutex::new(Vec::new()),
         })
     }
 
@@ -402,20 +425,81 @@ impl WhisperModel {
         let hp = self.hparams;
         check_mel(&hp, mel)?;
         let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
-        let scratch = self
+        let mut scratch = self
             .encoder
             .lock()
             .map_err(|_| ModelError::Internal("encoder scratch poisoned".into()))?;
         scratch.mel.write_slice(0, &mel.data)?;
-        let cross = (0..hp.n_text_layer)
-            .map(|il| FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}")))
-            .collect::<Result<Vec<_>>>()?;
-        let enc_out = Buffer::new(
-            &self.ctx,
-            (4 * n * d) as u64,
-            MemoryKind::Readback,
-            "encoder output",
-        )?;
+        let free = scratch
+            .slots
+            .iter()
+            .position(|s| Arc::strong_count(&s.lease) == 1);
+        let (cross, enc_out, lease, times) = match free {
+            Some(i) if !profile => {
+                let slot = &mut scratch.slots[i];
+                slot.rec.submit_and_wait()?;
+                (
+                    slot.cross.clone(),
+                    slot.enc_out.clone(),
+                    slot.lease.clone(),
+                    None,
+                )
+            }
+            _ => {
+                let cross = Arc::new(
+                    (0..hp.n_text_layer)
+                        .map(|il| {
+                            FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}"))
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                );
+                let enc_out = Buffer::new(
+                    &self.ctx,
+                    (4 * n * d) as u64,
+                    MemoryKind::Readback,
+                    "encoder output",
+                )?;
+                let mut rec = self.record_encoder(&scratch, &cross, &enc_out, profile)?;
+                rec.submit_and_wait()?;
+                let lease = Arc::new(());
+                if profile {
+                    let times = rec.profile()?;
+                    (cross, enc_out, lease, Some(times))
+                } else {
+                    if scratch.slots.len() < MAX_ENCODER_SLOTS {
+                        scratch.slots.push(EncoderSlot {
+                            cross: cross.clone(),
+                            enc_out: enc_out.clone(),
+                            lease: lease.clone(),
+                            rec,
+                        });
+                    }
+                    (cross, enc_out, lease, None)
+                }
+            }
+        };
+        let states = AudioStates {
+            inner: Box::new(WhisperAudio {
+                owner: self.id,
+                cross,
+                enc_out,
+                lease,
+            }),
+        };
+        Ok((states, times))
+    }
+
+    /// Records the encoder over the scratch's mel into `cross` (each
+    /// decoder layer's cross-attention keys and values) and `enc_out`.
+    fn record_encoder(
+        &self,
+        scratch: &EncoderScratch,
+        cross: &[FullKv],
+        enc_out: &Arc<Buffer>,
+        profile: bool,
+    ) -> Result<Recording> {
+        let hp = self.hparams;
+        let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
         let heads = self.heads(hp.n_audio_head, d);
         let stem = ConvStem {
             conv1: self.conv[0],
@@ -436,22 +520,13 @@ impl WhisperModel {
                 f.encoder_block(&block, &scratch.keys, &scratch.at)?;
             }
             let enc = f.final_norm(self.ln_post.norm())?;
-            for (b, kv) in self.dec_blocks.iter().zip(&cross) {
+            for (b, kv) in self.dec_blocks.iter().zip(cross) {
                 f.cross_kv(enc, &b.cross.k, &b.cross.v, kv, &scratch.at)?;
             }
-            f.copy_rows(enc, &enc_out)?;
+            f.copy_rows(enc, enc_out)?;
         }
         rec.finish()?;
-        rec.submit_and_wait()?;
-        let times = if profile { Some(rec.profile()?) } else { None };
-        let states = AudioStates {
-            inner: Box::new(WhisperAudio {
-                owner: self.id,
-                cross: Arc::new(cross),
-                enc_out,
-            }),
-        };
-        Ok((states, times))
+        Ok(rec)
     }
 
     fn heads(&self, n_head: usize, width: usize) -> Heads {
@@ -557,6 +632,7 @@ impl SpeechToTextModel for WhisperModel {
         Ok(Box::new(decoder::WhisperDecoder::new(
             self,
             a.cross.clone(),
+            a.lease.clone(),
             n_seqs,
         )?))
     }
