@@ -412,10 +412,10 @@ impl<'m> WhisperDecoder<'m> {
 
 impl Drop for WhisperDecoder<'_> {
     fn drop(&mut self) {
-        if let (Some(parts), Ok(mut pool)) = (self.parts.take(), self.model.decoder_pool.lock()) {
-            if pool.len() < MAX_POOLED {
-                pool.push(parts);
-            }
+        if let (Some(parts), Ok(mut pool)) = (self.parts.take(), self.model.decoder_pool.lock())
+            && pool.len() < MAX_POOLED
+        {
+            pool.push(parts);
         }
     }
 }
