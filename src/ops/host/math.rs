@@ -96,6 +96,55 @@ pub(crate) fn exp_shifted(x: &mut [f32], m: f32) -> f32 {
     super::arch().dispatch(Op(x, m))
 }
 
+/// The largest value of `x` (NaNs ignored, −∞ for none), in lanes the
+/// compiler vectorizes.
+pub(crate) fn max(x: &[f32]) -> f32 {
+    struct Op<'a>(&'a [f32]);
+    impl pulp::WithSimd for Op<'_> {
+        type Output = f32;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) -> f32 {
+            let mut lanes = [f32::NEG_INFINITY; 8];
+            let mut chunks = self.0.chunks_exact(8);
+            for c in &mut chunks {
+                for l in 0..8 {
+                    lanes[l] = lanes[l].max(c[l]);
+                }
+            }
+            let m = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            chunks.remainder().iter().copied().fold(m, f32::max)
+        }
+    }
+    super::arch().dispatch(Op(x))
+}
+
+/// `Σ exp(x[i] − m)`: the exponentials in f32 by [`exp`], summed in f64
+/// lanes so a 50 000-entry row loses nothing to the sum's rounding.
+pub(crate) fn sum_exp_shifted(x: &[f32], m: f32) -> f64 {
+    struct Op<'a>(&'a [f32], f32);
+    impl pulp::WithSimd for Op<'_> {
+        type Output = f64;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) -> f64 {
+            let Op(x, m) = self;
+            let mut lanes = [0.0f64; 8];
+            let mut chunks = x.chunks_exact(8);
+            for c in &mut chunks {
+                for l in 0..8 {
+                    lanes[l] += f64::from(exp(c[l] - m));
+                }
+            }
+            let sum: f64 = lanes.iter().sum();
+            sum + chunks
+                .remainder()
+                .iter()
+                .map(|&v| f64::from(exp(v - m)))
+                .sum::<f64>()
+        }
+    }
+    super::arch().dispatch(Op(x, m))
+}
+
 /// The exact GELU `x (1 + erf(x/√2)) / 2` in f32, erf by Abramowitz &
 /// Stegun 7.1.26 (absolute error below 1.5e-7, as `unary.comp`) over [`exp`]:
 /// the reference's f64 libm `erf` is a call per value.
@@ -157,5 +206,32 @@ mod tests {
                 x += 0.003_1;
             }
         }
+    }
+
+    #[test]
+    fn max_and_sum_of_exps_match_f64() {
+        use rand::RngExt;
+        let mut rng = rand::rng();
+        for n in [0usize, 1, 7, 8, 9, 51_865] {
+            let mut row: Vec<f32> = (0..n).map(|_| rng.random_range(-30.0f32..30.0)).collect();
+            // Masked entries, as the logit filters leave them.
+            for v in row.iter_mut().step_by(5) {
+                *v = f32::NEG_INFINITY;
+            }
+            let want_max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(super::max(&row), want_max, "max of {n}");
+            if want_max.is_finite() {
+                let want: f64 = row
+                    .iter()
+                    .map(|&x| (f64::from(x) - f64::from(want_max)).exp())
+                    .sum();
+                let got = super::sum_exp_shifted(&row, want_max);
+                assert!(
+                    (got - want).abs() <= 1e-6 * want,
+                    "sum of {n}: {got} vs {want}"
+                );
+            }
+        }
+        assert_eq!(super::max(&[f32::NAN, 1.0, f32::NAN]), 1.0);
     }
 }

@@ -21,6 +21,7 @@ mod im2col;
 mod layer_norm;
 mod linear;
 mod math;
+pub(crate) use math::{max as max_f32, sum_exp_shifted};
 mod unary;
 
 use std::ops::Range;

@@ -101,12 +101,13 @@ impl TimestampRules {
                 mask_range(logits, tb + max + 1, n);
             }
         }
-        // Compare in log-probabilities of the masked row, as openai-whisper.
-        let lp = log_softmax(logits);
+        // openai-whisper compares log-probabilities of the masked row; both
+        // sides carry the same normalizer, so the logits compare alike
+        // without a softmax over the whole vocabulary each step.
         if tb < n {
-            let ts_lp = logsumexp(&lp[tb..]);
-            let max_text = lp[..tb].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            if ts_lp > max_text {
+            let ts = logsumexp(&logits[tb..]);
+            let max_text = crate::ops::host::max_f32(&logits[..tb]);
+            if ts > max_text {
                 mask_range(logits, 0, tb);
             }
         }
@@ -122,14 +123,15 @@ pub fn log_softmax(row: &[f32]) -> Vec<f32> {
 /// `log(sum(exp(row)))`, shifted by the maximum for range; −∞ for an empty
 /// or all −∞ row.
 pub fn logsumexp(row: &[f32]) -> f32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // Vectorized: this runs over the whole vocabulary at every step.
+    let max = crate::ops::host::max_f32(row);
     if max == f32::NEG_INFINITY {
         return f32::NEG_INFINITY;
     }
     if !max.is_finite() {
         return max;
     }
-    let sum: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+    let sum = crate::ops::host::sum_exp_shifted(row, max);
     max + sum.ln() as f32
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::filters::log_softmax;
+use super::filters::{log_softmax, logsumexp};
 use crate::error::Result;
 use crate::models::speech::SpeechDecoder;
 use crate::runtime::rng::Rng;
@@ -126,8 +126,7 @@ impl Search<'_> {
                         sample(row, g.temperature, g.rng)
                     };
                     if !last_eot {
-                        let lp = log_softmax(row);
-                        sums[k] += lp[next];
+                        sums[k] += row[next] - logsumexp(row);
                     } else {
                         next = g.eot as usize;
                     }
