@@ -74,6 +74,12 @@ TINY = dict(
     text=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2),
     seed=1801,
+    # lm_head drawn from its own seed, picked (among 0..59, with the other
+    # weights fixed) as the one whose greedy runs of all three prompts keep the
+    # top-2 logit gap >= 0.19 at every step in f64: random heads over 49280
+    # tokens typically leave near-ties of ~0.01, well inside the noise of an
+    # engine that rounds activations to f16 (mtmd's CPU path: ~0.03)
+    head_seed=32,
 )
 SPEED = dict(
     vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12),
@@ -95,11 +101,18 @@ IMAGES = {
     "odd_333x517": (333, 517, "png", "odd sides: 1320x2048 (rounded up to even) -> 1536x2048, 4 rows x 3 cols"),
     "big_3000x1000": (3000, 1000, "jpg", "downscaled: 2048x682 -> 2048x1024, 2 rows x 4 cols"),
 }
-# the image of the logits / greedy references (a small grid keeps the prompt short)
-GEN_IMAGE = "wide_1000x300"
+# the image of the logits / greedy references: a PNG, so every engine starts
+# from the same pixels (JPEG decoders differ by a few levels), and a small
+# grid keeps the prompt short
+GEN_IMAGE = "tall_300x900"
+# JPEGs whose PIL decode is committed as a PNG (the others: its sha256 only)
+PIL_DECODED_PNG = ("photo_1024x768",)
 PROMPTS = {
     "chat": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Can you describe this image?"}]}],
     "raw": "<image>What is in this picture?",
+    # what llama-mtmd-cli's chat formatting makes of the same user turn (it
+    # passes the content as one string, so the template writes "User: ")
+    "chat_cli": "<|im_start|>User: <image>Can you describe this image?<end_of_utterance>\nAssistant:",
 }
 N_GREEDY = 16
 
@@ -182,14 +195,17 @@ def build_config(geo: dict):
     )
 
 
-def randomize(model, seed: int) -> None:
+def randomize(model, geo: dict) -> None:
     """Redraws every weight (HF's init leaves norms at 1, biases at 0), f16-exact."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(geo["seed"])
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1 and ("norm" in name):
+            if name == "lm_head.weight" and "head_seed" in geo:
+                gh = torch.Generator().manual_seed(geo["head_seed"])
+                w = torch.randn(p.shape, generator=gh) / p.shape[1] ** 0.5
+            elif p.dim() == 1 and ("norm" in name):
                 w = 1.0 + 0.25 * torch.randn(p.shape, generator=g)
             elif p.dim() == 1:
                 w = 0.1 * torch.randn(p.shape, generator=g)
@@ -222,7 +238,7 @@ def make_hf_model(hf_dir: Path, geo: dict):
     config = build_config(geo)
     torch.manual_seed(geo["seed"])
     model = Idefics3ForConditionalGeneration(config).eval()
-    randomize(model, geo["seed"])
+    randomize(model, geo)
     model.save_pretrained(hf_dir, safe_serialization=True)
     # The converter reads the vision layer-norm eps from config.json and falls
     # back to 1e-5 when absent (transformers' default is 1e-6): always write it.
@@ -278,7 +294,7 @@ def write_images(fixtures: Path) -> dict:
         arr = make_image(w, h, 5000 + i)
         path = fixtures / "images" / f"{name}.{fmt}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        im = Image.fromarray(arr, "RGB")
+        im = Image.fromarray(arr)
         if fmt == "png":
             im.save(path, optimize=True)
         else:
@@ -319,7 +335,7 @@ def processor_refs(proc, img_path: Path, name: str, out_dir: Path, rng) -> dict:
     tiles = []
     for k in range(n_tiles):
         png = tdir / f"tile_{k:02d}.png"
-        Image.fromarray(np.ascontiguousarray(u8r[k].transpose(1, 2, 0)), "RGB").save(png, optimize=True)
+        Image.fromarray(np.ascontiguousarray(u8r[k].transpose(1, 2, 0))).save(png, optimize=True)
         idx = rng.integers(0, [3, 512, 512], size=(64, 3))
         tiles.append({
             "png": str(png.relative_to(out_dir)),
@@ -354,33 +370,42 @@ def forward_logits(model, inputs, dtype):
     return out.logits[0, -1].to(torch.float64).numpy()
 
 
-def greedy(model, inputs, n: int) -> list[int]:
-    """n argmax steps in f32 with the KV cache; no stop token (always n)."""
+def greedy(model, inputs, n: int) -> tuple[list[int], list[dict]]:
+    """n argmax steps in f32 with the KV cache; no stop token (always n).
+
+    Also returns, per step, the 8 largest logits (ids, values) the argmax
+    was taken from: step 0 is the prefill's last position, step k the decode
+    of the k-th generated token."""
     import torch
 
     ids = inputs["input_ids"]
-    out_ids = []
+    out_ids, steps = [], []
     with torch.no_grad():
         out = model(**inputs, use_cache=True)
         past = out.past_key_values
         for _ in range(n):
+            top = torch.topk(out.logits[0, -1], 8)
+            steps.append({"top8_ids": [int(i) for i in top.indices],
+                          "top8_logits": [f7(float(v)) for v in top.values],
+                          "top2_gap": float(top.values[0] - top.values[1])})
             nxt = int(out.logits[0, -1].argmax())
             out_ids.append(nxt)
             ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
             out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True,
                         attention_mask=torch.ones_like(ids))
             past = out.past_key_values
-    return out_ids
+    return out_ids, steps
 
 
 def prompt_text(proc, kind: str) -> str:
     if kind == "chat":
         return proc.apply_chat_template(PROMPTS["chat"], add_generation_prompt=True, tokenize=False)
-    return PROMPTS["raw"]
+    return PROMPTS[kind]
 
 
 def stage_make(args) -> None:
     import numpy as np
+    import PIL
     import torch
     import transformers
     from PIL import Image
@@ -395,7 +420,7 @@ def stage_make(args) -> None:
 
     meta = {
         "made_with": {
-            "transformers": transformers.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "torch": torch.__version__, "pillow": PIL.__version__,
             "python": platform.python_version(), "machine": machine(),
             "image_processor": "Idefics3ImageProcessorPil (PIL LANCZOS, uint8 between resizes)",
             "attention": "eager",
@@ -415,6 +440,15 @@ def stage_make(args) -> None:
         pref, pv = processor_refs(proc, path, name, fixtures, rng)
         entry = {"file": str(path.relative_to(fixtures)), "width": w, "height": h, "format": fmt,
                  "sha256": sha256(path), "what": what, **pref}
+        if fmt == "jpg":
+            rgb = np.asarray(Image.open(path).convert("RGB"))
+            entry["pil_decode"] = {"rgb_sha256": hashlib.sha256(rgb.tobytes()).hexdigest(),
+                                   "mean": float(rgb.mean())}
+            if name in PIL_DECODED_PNG:
+                dp = fixtures / "images" / "pil_decoded" / f"{name}.png"
+                dp.parent.mkdir(exist_ok=True)
+                Image.fromarray(rgb).save(dp, optimize=True)
+                entry["pil_decode"]["png"] = str(dp.relative_to(fixtures))
         # embeddings of every tile after the connector: f64 reference file + f32 distance
         e64 = image_embeddings(model, pv, torch.float64)
         e32 = image_embeddings(model, pv, torch.float32)
@@ -452,7 +486,7 @@ def stage_make(args) -> None:
         l32 = forward_logits(model, inputs, torch.float32)
         lf = fixtures / f"logits_{kind}.f32"
         l64.astype("<f4").tofile(lf)
-        g = greedy(model, inputs, N_GREEDY)
+        g, steps = greedy(model, inputs, N_GREEDY)
         gen[kind] = {
             "image": GEN_IMAGE, "text": text, "n_prompt_tokens": int(inputs["input_ids"].shape[1]),
             "last_logits_file": lf.name, "last_logits_dtype": "f32 little-endian (float64 forward), n_vocab values",
@@ -460,10 +494,68 @@ def stage_make(args) -> None:
             "top5": [int(i) for i in np.argsort(-l64)[:5]],
             "top2_gap": float(np.sort(l64)[-1] - np.sort(l64)[-2]),
             "greedy_f32": g, "greedy_text": tok.decode(g, skip_special_tokens=False),
+            "greedy_min_top2_gap": min(st["top2_gap"] for st in steps), "greedy_steps": steps,
         }
         print(kind, gen[kind]["n_prompt_tokens"], g, flush=True)
     meta["generation"] = gen
     (fixtures / "transformers.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+# ---------------------------------------------------------------- other geometries
+# Grids SmolVLM-256M's geometry never produces (one tile, 2x3), from the same
+# processor with another longest_edge: (longest_edge, image name, w, h, format).
+ALT = [
+    (512, "alt_640x640", 640, 640, "png"),      # fits one tile after resizing: global view only
+    (1536, "alt_1536x1024", 1536, 1024, "png"),  # no resize at 1536: 2 rows x 3 cols, exact crops
+    (1536, "alt_640x640", 640, 640, "png"),      # 3x3
+    (1536, "tall_300x900", 300, 900, "png"),     # 512x1536: 3 rows x 1 col
+]
+EXPANSION_GRIDS = [(0, 0), (1, 1), (1, 2), (2, 3), (3, 2), (2, 4), (4, 1), (4, 4), (6, 6)]
+
+
+def stage_extra(args) -> None:
+    """Prompt expansions for many grids and the processor at other longest_edge values."""
+    import numpy as np
+    from PIL import Image
+
+    fixtures = Path(args.fixtures)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.hf_dir)
+    proc = build_processor(tok)
+    exp = []
+    for rows, cols in EXPANSION_GRIDS:
+        text = proc.replace_image_token({"rows": [[rows]], "cols": [[cols]]}, 0)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        exp.append({"rows": rows, "cols": cols, "image_seq_len": 64, "text": text, "ids": ids})
+    (fixtures / "expansion.json").write_text(json.dumps(
+        {"source": "Idefics3Processor.replace_image_token (transformers), ids from the tiny model's tokenizer "
+                   "(add_special_tokens=False); rows = cols = 0 is the global-only form", "grids": exp}, indent=1) + "\n")
+
+    rng = np.random.default_rng(1803)
+    out = []
+    for i, (edge, name, w, h, fmt) in enumerate(ALT):
+        path = fixtures / "images" / f"{name}.{fmt}"
+        if not path.exists():
+            Image.fromarray(make_image(w, h, 6000 + i)).save(path, optimize=True)
+        ip = build_processor(tok).image_processor
+        ip.size = {"longest_edge": edge}
+        enc = ip(images=[Image.open(path).convert("RGB")], return_tensors="np", return_row_col_info=True)
+        pv = enc["pixel_values"][0].astype(np.float32)
+        rows, cols = int(enc["rows"][0][0]), int(enc["cols"][0][0])
+        tiles = []
+        for k in range(pv.shape[0]):
+            idx = rng.integers(0, [3, 512, 512], size=(256, 3))
+            tiles.append({"sum": float(pv[k].astype(np.float64).sum()),
+                          "sum_abs": float(np.abs(pv[k].astype(np.float64)).sum()),
+                          "samples": [[int(c), int(y), int(x), float(pv[k, c, y, x])] for c, y, x in idx]})
+        out.append({"longest_edge": edge, "tile_size": 512, "file": str(path.relative_to(fixtures)),
+                    "sha256": sha256(path), "width": w, "height": h, "rows": rows, "cols": cols,
+                    "n_tiles": int(pv.shape[0]), "tiles": tiles})
+        print(edge, name, rows, cols, pv.shape[0])
+    (fixtures / "processor_alt.json").write_text(json.dumps(
+        {"source": "Idefics3ImageProcessorPil, mean = std = 0.5, LANCZOS; samples are [c, y, x, value]",
+         "cases": out}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- conversion
@@ -528,19 +620,41 @@ def stage_speed(args) -> None:
     info = convert(hf_dir, Path(args.llama_cpp), out / "smolvlm-256m-random.gguf",
                    out / "mmproj-smolvlm-256m-random.gguf", args.llama_cpp_label)
     (out / "gguf.json").write_text(json.dumps(info, indent=1) + "\n")
+    if not args.keep_hf:
+        import shutil
+
+        shutil.rmtree(hf_dir)  # ~1 GB of f32 safetensors, only the converter's input
     print(json.dumps(info, indent=1))
 
 
 # ---------------------------------------------------------------- mtmd
-def build_mtmd_ref(llama_cpp: Path, build: Path, exe: Path) -> None:
-    src = HERE / "vlm_refs" / "mtmd_ref.cpp"
+def build_tool(name: str, llama_cpp: Path, build: Path, exe: Path) -> None:
+    """Compiles scripts/vlm_refs/<name>.cpp against the CPU build's libmtmd/libllama."""
+    src = HERE / "vlm_refs" / f"{name}.cpp"
     if exe.exists() and exe.stat().st_mtime > src.stat().st_mtime:
         return
-    inc = [llama_cpp / "include", llama_cpp / "ggml" / "include", llama_cpp / "tools" / "mtmd"]
+    inc = [llama_cpp / "include", llama_cpp / "ggml" / "include", llama_cpp / "tools" / "mtmd", llama_cpp / "vendor"]
     lib = build / "bin"
     cmd = ["g++", "-O2", "-std=c++17", str(src), "-o", str(exe), *[f"-I{p}" for p in inc],
            f"-L{lib}", "-lmtmd", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"]
     subprocess.run(cmd, check=True)
+
+
+def mtmd_tiles_vs_transformers(exe: Path, image: Path, entry: dict, fixtures: Path, wd: Path) -> dict:
+    """mtmd's uint8 tiles of one image (stb decode) against transformers' tile PNGs."""
+    import numpy as np
+    from PIL import Image
+
+    wd.mkdir(parents=True, exist_ok=True)
+    rc = subprocess.run([str(exe), str(image), "2048", "512", str(wd)], check=True, capture_output=True, text=True)
+    rows, cols = (int(x) for x in rc.stdout.split())
+    diffs = []
+    for k, t in enumerate(entry["tiles"]):
+        a = np.asarray(Image.open(fixtures / t["png"])).astype(np.int16)
+        b = np.fromfile(wd / f"tile_{k:02d}.rgb", dtype=np.uint8).reshape(a.shape).astype(np.int16)
+        diffs.append(int(np.abs(a - b).max()))
+    return {"rows": rows, "cols": cols, "grid_equal": [rows, cols] == [entry["rows"], entry["cols"]],
+            "tile_max_abs_u8": diffs}
 
 
 def stage_mtmd(args) -> None:
@@ -548,14 +662,27 @@ def stage_mtmd(args) -> None:
 
     fixtures = Path(args.fixtures)
     ref = json.loads((fixtures / "transformers.json").read_text())
-    exe = Path(args.work) / "mtmd_ref"
-    Path(args.work).mkdir(parents=True, exist_ok=True)
-    build_mtmd_ref(Path(args.llama_cpp), Path(args.llama_build), exe)
+    from PIL import Image
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    exe, pre = work / "mtmd_ref", work / "mtmd_preproc"
+    build_tool("mtmd_ref", Path(args.llama_cpp), Path(args.llama_build), exe)
+    build_tool("mtmd_preproc", Path(args.llama_cpp), Path(args.llama_build), pre)
     text_gguf, mmproj = fixtures / "smolvlm-tiny.gguf", fixtures / "mmproj-smolvlm-tiny.gguf"
-    out = {"tool": "scripts/vlm_refs/mtmd_ref.cpp on libmtmd (CPU build of scripts/setup-llamacpp.sh)",
+    out = {"tool": "scripts/vlm_refs/mtmd_ref.cpp and mtmd_preproc.cpp on libmtmd (CPU build of "
+                   "scripts/setup-llamacpp.sh)",
            "gguf": {p.name: sha256(p) for p in (text_gguf, mmproj)}, "images": {}}
     for name, entry in ref["images"].items():
-        res = {}
+        res = {"preprocess": mtmd_tiles_vs_transformers(pre, fixtures / entry["file"], entry, fixtures,
+                                                        work / f"{name}_tiles")}
+        if entry["format"] == "jpg":
+            # the same again from PIL's decode, to separate decoding from resampling
+            png = work / f"{name}_pil.png"
+            Image.open(fixtures / entry["file"]).convert("RGB").save(png)
+            res["preprocess_from_pil_decode"] = mtmd_tiles_vs_transformers(pre, png, entry, fixtures,
+                                                                           work / f"{name}_tiles_pil")
+        print(name, res["preprocess"], res.get("preprocess_from_pil_decode"), flush=True)
         for kind, pr in entry["prompts"].items():
             wd = Path(args.work) / f"{name}_{kind}"
             wd.mkdir(parents=True, exist_ok=True)
@@ -564,6 +691,13 @@ def stage_mtmd(args) -> None:
             subprocess.run([str(exe), str(text_gguf), str(mmproj), str(fixtures / entry["file"]),
                             str(wd / "prompt.txt"), str(n_pred), str(wd)], check=True)
             mj = json.loads((wd / "mtmd.json").read_text())
+            if kind == "chat":
+                from PIL import Image
+
+                pil = np.asarray(Image.open(fixtures / entry["file"]).convert("RGB")).astype(np.int16)
+                stb = np.fromfile(wd / "mtmd_decoded.rgb", dtype=np.uint8).reshape(pil.shape).astype(np.int16)
+                d = np.abs(pil - stb)
+                decode = {"max_abs": int(d.max()), "frac_differing": float((d > 0).mean())}
             ids = []
             for c in mj["chunks"]:
                 ids += c["tokens"] if c["type"] == "text" else [IMAGE_TOKEN_ID] * c["n_tokens"]
@@ -576,6 +710,7 @@ def stage_mtmd(args) -> None:
                 r["first_difference"] = {"pos": first, "mtmd": a[first:first + 8], "transformers": b[first:first + 8],
                                          "len_mtmd": len(a), "len_transformers": len(b)}
             if kind == "chat":
+                r["decode_vs_pil"] = decode
                 # per-tile embeddings: mtmd's image chunks come in prompt order = tile order
                 e_ref = np.fromfile(fixtures / entry["embeddings"]["file"], dtype="<f4").reshape(
                     entry["embeddings"]["shape"])
@@ -596,17 +731,44 @@ def stage_mtmd(args) -> None:
             print(name, kind, "ids equal" if r["ids_equal_transformers"] else "IDS DIFFER",
                   {k: v for k, v in r.items() if k.endswith("transformers") or k.startswith("embd_max")}, flush=True)
         out["images"][name] = res
+    out["cli"] = run_mtmd_cli(Path(args.llama_build), text_gguf, mmproj, fixtures / ref["images"][GEN_IMAGE]["file"],
+                              ref["generation"]["chat_cli"]["greedy_text"], work)
+    print("llama-mtmd-cli", out["cli"], flush=True)
     (fixtures / "mtmd.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+def run_mtmd_cli(build: Path, text_gguf: Path, mmproj: Path, image: Path, expected: str, work: Path) -> dict:
+    """llama-mtmd-cli itself, greedy, one user turn: the prompt it formats and the text it prints."""
+    user = "Can you describe this image?"
+    cmd = [str(build / "bin" / "llama-mtmd-cli"), "-m", str(text_gguf), "--mmproj", str(mmproj), "--image",
+           str(image), "-p", user, "-n", str(N_GREEDY), "--temp", "0", "-t", "2", "-v", "--no-warmup"]
+    rc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    formatted = None
+    lines = rc.stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "formatted_chat.prompt: " in line:
+            # the prompt runs on over the following log lines until the next timestamped one
+            formatted = line.split("formatted_chat.prompt: ", 1)[1]
+            for nxt in lines[i + 1:]:
+                if nxt[:2] == "0." and " D " in nxt[:20]:
+                    break
+                formatted += "\n" + nxt
+            break
+    printed = rc.stdout.strip("\n")
+    return {"command": "llama-mtmd-cli -m smolvlm-tiny.gguf --mmproj mmproj-smolvlm-tiny.gguf --image "
+                       f"{image.name} -p {user!r} -n {N_GREEDY} --temp 0",
+            "formatted_prompt": formatted, "printed": printed,
+            "printed_equals_transformers_chat_cli_greedy_text": printed.strip() == expected.strip()}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="stage", required=True)
-    for stage in ("make", "convert", "mtmd", "speed"):
+    for stage in ("make", "extra", "convert", "mtmd", "speed"):
         s = sub.add_parser(stage)
         s.add_argument("--fixtures", default="tests/fixtures/vlm")
         s.add_argument("--llama-cpp-label", default="llama_cpp_python-0.3.36")
-        if stage in ("make", "convert"):
+        if stage in ("make", "extra", "convert"):
             s.add_argument("--hf-dir", required=True)
         if stage in ("convert", "mtmd", "speed"):
             s.add_argument("--llama-cpp", required=True)
@@ -615,8 +777,11 @@ def main() -> None:
             s.add_argument("--work", default="/tmp/vlm-mtmd-work")
         if stage == "speed":
             s.add_argument("--out", required=True)
+            s.add_argument("--keep-hf", action="store_true", help="keep the HF model dir OUT/hf")
     args = p.parse_args()
-    {"make": stage_make, "convert": stage_convert, "mtmd": stage_mtmd, "speed": stage_speed}[args.stage](args)
+    stages = {"make": stage_make, "extra": stage_extra, "convert": stage_convert, "mtmd": stage_mtmd,
+              "speed": stage_speed}
+    stages[args.stage](args)
 
 
 if __name__ == "__main__":

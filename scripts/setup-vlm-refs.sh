@@ -17,6 +17,9 @@ py="${PYTHON:-python3}"
 # transformers 5 keeps Idefics3 (SmolVLM-256M's class) and its slow PIL image
 # processor; pinned so the committed fixtures can be remade byte for byte.
 TRANSFORMERS_VERSION="${TRANSFORMERS_VERSION:-5.17.0}"
+# Pillow 11.3's LANCZOS is the resampler llama.cpp's mtmd ports bit for bit;
+# Pillow 13 rounds downscales differently (up to 3 levels on a few % of pixels)
+PILLOW_VERSION="${PILLOW_VERSION:-11.3.0}"
 LCP_VERSION=0.3.36
 gguf_py="$cache/tools/src/llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/gguf-py"
 mkdir -p "$refs"
@@ -30,8 +33,8 @@ if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
   # dependency wheels are present (~5.6 GB in all)
   "$venv/bin/pip" install --quiet torch
 fi
-if ! "$venv/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null; then
-  "$venv/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" pillow numpy safetensors \
+if ! "$venv/bin/python" -c "import transformers, PIL, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or PIL.__version__ != '$PILLOW_VERSION')" 2>/dev/null; then
+  "$venv/bin/pip" install --quiet "transformers==$TRANSFORMERS_VERSION" "pillow==$PILLOW_VERSION" numpy safetensors \
     tokenizers sentencepiece jinja2 pyyaml
 fi
 if ! "$venv/bin/python" -c 'import gguf' 2>/dev/null; then

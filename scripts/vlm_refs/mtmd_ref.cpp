@@ -9,7 +9,8 @@
 // (special tokens are parsed, no BOS is added: the text is already the whole
 // prompt). Writes OUT_DIR/mtmd.json and, per image chunk k (in prompt order),
 // OUT_DIR/mtmd_embd_<k>.f32 (n_tokens x n_embd, little-endian f32), and
-// OUT_DIR/mtmd_last_logits.f32 (n_vocab f32). Built by
+// OUT_DIR/mtmd_last_logits.f32 (n_vocab f32) and OUT_DIR/mtmd_decoded.rgb (the
+// image as mtmd decoded it, RGB8 row-major). Built by
 // scripts/make-vlm-fixtures.py against the CPU build of scripts/setup-llamacpp.sh.
 #include "llama.h"
 #include "mtmd.h"
@@ -88,6 +89,16 @@ int main(int argc, char ** argv) {
     if (!bw.bitmap) {
         fprintf(stderr, "cannot decode %s\n", argv[3]);
         return 1;
+    }
+
+    // the decoded pixels (stb_image), to tell decoder differences from preprocessing ones
+    {
+        FILE * f = fopen((out_dir + "/mtmd_decoded.rgb").c_str(), "wb");
+        const size_t n = mtmd_bitmap_get_n_bytes(bw.bitmap);
+        if (!f || fwrite(mtmd_bitmap_get_data(bw.bitmap), 1, n, f) != n || fclose(f) != 0) {
+            fprintf(stderr, "cannot write the decoded image\n");
+            return 1;
+        }
     }
 
     mtmd_input_chunks * chunks = mtmd_input_chunks_init();
