@@ -15,7 +15,8 @@ Stages (run in this order; each is seeded and reproducible):
   make-vlm-fixtures.py extra   --hf-dir DIR [...]
       expansion.json (the processor's prompt expansion for many grids) and
       processor_alt.json (the processor at longest_edge 512 and 1536: the
-      one-tile and 2x3 grids SmolVLM-256M's 2048 never produces).
+      one-tile and 2x3 grids SmolVLM-256M's 2048 never produces), and
+      vision/: the encoder's intermediate tensors for one tile.
   make-vlm-fixtures.py convert --hf-dir DIR --llama-cpp LLAMA_CPP_DIR [...]
       llama.cpp's convert_hf_to_gguf.py --outtype f16 on DIR for the text
       GGUF and again with --mmproj for the projector GGUF; sha256s recorded.
@@ -565,9 +566,48 @@ def stage_extra(args) -> None:
                     "sha256": sha256(path), "width": w, "height": h, "rows": rows, "cols": cols,
                     "n_tiles": int(pv.shape[0]), "tiles": tiles})
         print(edge, name, rows, cols, pv.shape[0])
+    vision_intermediates(Path(args.hf_dir), proc, fixtures)
     (fixtures / "processor_alt.json").write_text(json.dumps(
         {"source": "Idefics3ImageProcessorPil, mean = std = 0.5, LANCZOS; samples are [c, y, x, value]",
          "cases": out}, indent=1) + "\n")
+
+
+def vision_intermediates(hf_dir: Path, proc, fixtures: Path) -> None:
+    """The SigLIP encoder's and connector's intermediate tensors for one tile
+    (float64 forward), to find which step of an encoder goes wrong."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import Idefics3ForConditionalGeneration
+
+    name, tile = "exact_2048x1024", 0
+    model = Idefics3ForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float64,
+                                                             attn_implementation="eager").eval()
+    pil = Image.open(fixtures / "images" / f"{name}.png").convert("RGB")
+    pv = proc.image_processor(images=[pil], return_tensors="np")["pixel_values"][0][tile]
+    x = torch.from_numpy(pv.astype(np.float64))[None]
+    out_dir = fixtures / "vision"
+    out_dir.mkdir(exist_ok=True)
+    with torch.no_grad():
+        vo = model.model.vision_model(pixel_values=x, output_hidden_states=True, return_dict=True)
+        shuffled = model.model.connector.pixel_shuffle(vo.last_hidden_state, model.config.scale_factor)
+        proj = model.model.connector.modality_projection(shuffled)
+    tensors = {"embeddings": vo.hidden_states[0]}  # patch conv + position embedding
+    for i in range(1, len(vo.hidden_states)):
+        tensors[f"block{i - 1}"] = vo.hidden_states[i]  # residual stream after block i-1
+    tensors["post_ln"] = vo.last_hidden_state
+    tensors["pixel_shuffle"] = shuffled
+    tensors["connector"] = proj
+    files = {}
+    for key, t in tensors.items():
+        f = out_dir / f"{name}_tile{tile}_{key}.f32"
+        a = t[0].numpy()
+        a.astype("<f4").tofile(f)
+        files[key] = {"file": str(f.relative_to(fixtures)), "shape": list(a.shape)}
+    (out_dir / "README.json").write_text(json.dumps({
+        "source": f"transformers float64 forward of tile {tile} (row 1 col 1) of images/{name}.png; f32 little-endian, "
+                  "row-major; rows of the [1024, n_embd] tensors are patches in row-major order over the 32x32 grid",
+        "tensors": files}, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- conversion
