@@ -42,8 +42,9 @@ done
 GGML_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
             -DGGML_AVX512=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
             -DCMAKE_BUILD_TYPE=Release)
+# llama-mtmd-cli (and libmtmd.so with it) is the multimodal reference of the SmolVLM tests
 TARGETS=(llama-quantize llama-perplexity llama-tokenize llama-completion llama-simple
-         llama-eval-callback llama-bench llama-gguf)
+         llama-eval-callback llama-bench llama-gguf llama-mtmd-cli)
 
 log() { printf '[setup-llamacpp] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
