@@ -90,12 +90,11 @@ impl<'a> Forward<'_, 'a> {
     }
 
     fn gelu(&mut self, x: Mat<'_>, out: Mat<'_>, add: bool) -> Result<()> {
-        let call = UnaryCall {
-            op: UnaryOp::GeluErf,
-            x,
-            out,
-            add,
-        };
+        self.unary(UnaryOp::GeluErf, x, out, add)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: Mat<'_>, out: Mat<'_>, add: bool) -> Result<()> {
+        let call = UnaryCall { op, x, out, add };
         self.kernels().unary(self.rec, &call)
     }
 
@@ -159,7 +158,7 @@ impl<'a> Forward<'_, 'a> {
         let xn = self.layer_normed(m.norm)?;
         let h = self.scratch(&self.ws.hidden, self.n, m.up.n_out())?;
         self.product(m.up, Input::F32(xn), Output::Store(h))?;
-        self.gelu(h, h, false)?;
+        self.unary(m.act, h, h, false)?;
         let x = self.x();
         self.product(m.down, Input::F32(h), Output::Accumulate(x))
     }
