@@ -18,6 +18,7 @@ pub mod reference;
 pub mod registry;
 pub mod scratch;
 pub mod smolvlm;
+pub mod smolvlm_reference;
 pub mod spec;
 pub mod speech;
 pub mod speech_loader;
