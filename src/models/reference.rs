@@ -253,7 +253,7 @@ impl ReferenceModel {
 
     fn logits_of(&self, x: &[f32]) -> Vec<f32> {
         let sp = &self.spec;
-        let xn = rms_norm_ref(&x, Some(&self.output_norm), sp.norm_flavor, sp.norm_eps);
+        let xn = rms_norm_ref(x, Some(&self.output_norm), sp.norm_flavor, sp.norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let mut logits = head.apply(&xn);
         if sp.final_softcap > 0.0 {
