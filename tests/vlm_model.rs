@@ -67,7 +67,15 @@ fn load_vlm(
     SmolVlmModel::from_gguf(&gpu(), &gguf_of(p), text, opts)
 }
 
-fn check_encoder(patch: usize, scale: usize, t: QuantType, backend: Option<Backend>) {
+/// Three tiles through the device model, `per_call` tiles per submission,
+/// against the reference.
+fn check_encoder(
+    patch: usize,
+    scale: usize,
+    t: QuantType,
+    backend: Option<Backend>,
+    per_call: usize,
+) {
     let mut rng = Rng::fresh(&format!("vlm_{patch}_{scale}_{t:?}_{backend:?}"));
     let (_, text) = text_model(64, rng.next_u64());
     let p = HostProjector::random(tiny_hp(patch, scale, 64), t, rng.next_u64()).expect("random");
@@ -76,6 +84,8 @@ fn check_encoder(patch: usize, scale: usize, t: QuantType, backend: Option<Backe
         ..LoadOptions::default()
     };
     let vlm = load_vlm(&p, text, &opts).expect("load projector");
+    vlm.set_tiles_per_call(per_call).expect("tiles per call");
+    assert_eq!(vlm.tiles_per_call().expect("tiles per call"), per_call);
     let side = p.hp.image_size;
     let tiles = ImageTiles {
         rows: 1,
@@ -91,21 +101,21 @@ fn check_encoder(patch: usize, scale: usize, t: QuantType, backend: Option<Backe
         let e = rel_err(g, &want);
         assert!(
             e < 1e-3,
-            "patch {patch} scale {scale} {t:?} {backend:?} tile {i}: relative error {e}"
+            "patch {patch} scale {scale} {t:?} {backend:?} {per_call} per call, tile {i}: relative error {e}"
         );
     }
 }
 
 #[test]
 fn vision_encoder_matches_reference_on_host_kernels() {
-    check_encoder(4, 2, QuantType::F32, Some(Backend::Host));
-    check_encoder(2, 4, QuantType::F16, Some(Backend::Host));
+    check_encoder(4, 2, QuantType::F32, Some(Backend::Host), 1);
+    check_encoder(2, 4, QuantType::F16, Some(Backend::Host), 2);
 }
 
 #[test]
 fn vision_encoder_matches_reference_on_vulkan_kernels() {
-    check_encoder(4, 2, QuantType::F16, Some(Backend::Vulkan));
-    check_encoder(2, 4, QuantType::F32, Some(Backend::Vulkan));
+    check_encoder(4, 2, QuantType::F16, Some(Backend::Vulkan), 2);
+    check_encoder(2, 4, QuantType::F32, Some(Backend::Vulkan), 1);
 }
 
 #[test]
@@ -234,7 +244,7 @@ fn tiles_of_the_wrong_shape_are_errors() {
     for (i, t) in cases.iter().enumerate() {
         assert!(vlm.encode_tiles(t).is_err(), "case {i} encoded");
     }
-    assert!(vlm.encode_tiles(&cases[0].clone()).is_err());
+    assert!(vlm.set_tiles_per_call(0).is_err());
     let ok = ImageTiles {
         rows: 0,
         cols: 0,

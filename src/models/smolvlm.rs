@@ -23,7 +23,7 @@ use super::registry::LoadOptions;
 use super::{EmbedRows, GenerativeModel};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
-use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording, upload_new};
+use crate::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording, upload_new};
 use crate::ops::Mat;
 use crate::ops::act_round::Numerics;
 use crate::ops::layer_norm::LayerNorm;
@@ -147,18 +147,73 @@ impl BlockW {
     }
 }
 
-/// The buffers of one tile's encoding and its recorded steps.
+/// The buffers of one call's encoding (up to `tiles` tiles at once) and its
+/// recorded steps.
 struct EncoderScratch {
+    /// Most tiles of one call.
+    tiles: usize,
     ws: Workspace,
-    /// Patch rows of the tile, `[n_patches, patch_cols]`, host-written.
+    /// Patch rows of the tiles, `[tiles · n_patches, patch_cols]`,
+    /// host-written.
     patches: Arc<Buffer>,
+    /// The same in device memory, which the product reads many times.
+    patches_dev: Arc<Buffer>,
     keys: FullKv,
     at: FullKvAddressing,
-    /// The connector's output on the device, `[seq_len, projection_dim]`.
+    /// The connector's output on the device, `[tiles · seq_len, projection_dim]`.
     out_dev: Arc<Buffer>,
     /// The same, where the host reads it.
     out: Arc<Buffer>,
-    step: Option<Recording>,
+    /// The recorded call of `k + 1` tiles at index `k`, once made.
+    steps: Vec<Option<Recording>>,
+}
+
+impl EncoderScratch {
+    fn new(
+        ctx: &Arc<GpuContext>,
+        hp: &ClipVisionHparams,
+        planner: Planner,
+        patch_cols: usize,
+        tiles: usize,
+    ) -> Result<Self> {
+        let n = hp.n_patches();
+        let rows = tiles * n;
+        let shape = WorkspaceShape {
+            n_embd: hp.n_embd,
+            n_q: hp.n_embd,
+            n_kv: hp.n_embd,
+            n_ff: hp.n_ff,
+            n_vocab: 1,
+        };
+        let round_inputs = planner.numerics != Numerics::Exact;
+        let out_bytes = (4 * tiles * hp.image_seq_len() * hp.projection_dim) as u64;
+        let patch_bytes = (4 * rows * patch_cols) as u64;
+        Ok(EncoderScratch {
+            tiles,
+            ws: Workspace::new(ctx, shape, rows, 1, round_inputs)?,
+            patches: Buffer::new(ctx, patch_bytes, MemoryKind::Upload, "patch rows")?,
+            patches_dev: Buffer::new(ctx, patch_bytes, MemoryKind::Device, "patch rows")?,
+            keys: FullKv::new(ctx, rows, hp.n_embd, "vision attention")?,
+            at: FullKvAddressing::batched(ctx, n, tiles)?,
+            out_dev: Buffer::new(ctx, out_bytes, MemoryKind::Device, "image embeddings")?,
+            out: Buffer::new(ctx, out_bytes, MemoryKind::Readback, "image embeddings")?,
+            steps: (0..tiles).map(|_| None).collect(),
+        })
+    }
+}
+
+/// Tiles one call encodes by default: one on CPU devices (nothing to gain,
+/// memory to lose); elsewhere up to 16, as many as keep the widest
+/// activation buffer within one descriptor's range, so that each product
+/// has rows enough to fill a large GPU.
+fn default_tiles_per_call(ctx: &GpuContext, hp: &ClipVisionHparams, patch_cols: usize) -> usize {
+    if ctx.caps().class() == DeviceClass::Cpu {
+        return 1;
+    }
+    let widest = (2 * hp.n_ff).max(3 * hp.n_embd).max(patch_cols);
+    let per_tile = (4 * hp.n_patches() * widest) as u64;
+    let fit = ctx.caps().max_binding_bytes(4) / per_tile.max(1);
+    (fit as usize).clamp(1, 16)
 }
 
 /// SmolVLM's vision encoder and connector on a device, with the text model
@@ -260,30 +315,8 @@ impl SmolVlmModel {
         };
         l.finish()?;
         let planner = opts.planner();
-        let seq = hp.image_seq_len();
-        let shape = WorkspaceShape {
-            n_embd: d,
-            n_q: d,
-            n_kv: d,
-            n_ff: hp.n_ff,
-            n_vocab: 1,
-        };
-        let round_inputs = planner.numerics != Numerics::Exact;
-        let out_bytes = (4 * seq * n_text) as u64;
-        let encoder = EncoderScratch {
-            ws: Workspace::new(ctx, shape, n, 1, round_inputs)?,
-            patches: Buffer::new(
-                ctx,
-                (4 * n * patch_cols) as u64,
-                MemoryKind::Upload,
-                "patch rows",
-            )?,
-            keys: FullKv::new(ctx, n, d, "vision attention")?,
-            at: FullKvAddressing::new(ctx, n, n)?,
-            out_dev: Buffer::new(ctx, out_bytes, MemoryKind::Device, "image embeddings")?,
-            out: Buffer::new(ctx, out_bytes, MemoryKind::Readback, "image embeddings")?,
-            step: None,
-        };
+        let tiles = default_tiles_per_call(ctx, &hp, patch_cols);
+        let encoder = EncoderScratch::new(ctx, &hp, planner, patch_cols, tiles)?;
         Ok(SmolVlmModel {
             ctx: ctx.clone(),
             planner,
@@ -364,11 +397,11 @@ impl SmolVlmModel {
                 ),
             ));
         }
-        let out = tiles
-            .tiles
-            .iter()
-            .map(|t| self.encode_tile(t))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out = Vec::with_capacity(tiles.tiles.len());
+        let mut enc = self.scratch()?;
+        for batch in tiles.tiles.chunks(enc.tiles) {
+            out.extend(self.encode_batch(&mut enc, batch)?);
+        }
         Ok(ImageEmbeddings {
             n_embd: self.hp.projection_dim,
             seq_len: self.hp.image_seq_len(),
@@ -382,31 +415,74 @@ impl SmolVlmModel {
     /// # Errors
     /// A tile of another length, non-finite values, device errors.
     pub fn encode_tile(&self, tile: &[f32]) -> Result<Vec<f32>> {
-        let rows = patch_rows(&self.hp, &self.order, self.patch_cols, tile)?;
-        let mut enc = self
-            .encoder
-            .lock()
-            .map_err(|_| ModelError::Internal("vision encoder scratch poisoned".into()))?;
-        enc.patches.write_slice(0, &rows)?;
-        if enc.step.is_none() {
-            let rec = self.record(&enc)?;
-            enc.step = Some(rec);
+        let mut enc = self.scratch()?;
+        let mut out = self.encode_batch(&mut enc, std::slice::from_ref(&tile.to_vec()))?;
+        out.pop()
+            .ok_or_else(|| ModelError::Internal("no tile encoded".into()))
+    }
+
+    /// Most tiles one submission encodes.
+    ///
+    /// # Errors
+    /// The encoder's buffers poisoned by a panic.
+    pub fn tiles_per_call(&self) -> Result<usize> {
+        Ok(self.scratch()?.tiles)
+    }
+
+    /// Encodes up to `tiles` tiles per submission from now on (each more
+    /// takes the activation buffers of one tile more).
+    ///
+    /// # Errors
+    /// No tiles, out of device memory.
+    pub fn set_tiles_per_call(&self, tiles: usize) -> Result<()> {
+        if tiles == 0 {
+            return Err(ModelError::invalid("tiles per call", "must be positive"));
         }
-        let step = enc
-            .step
+        let mut enc = self.scratch()?;
+        *enc = EncoderScratch::new(&self.ctx, &self.hp, self.planner, self.patch_cols, tiles)?;
+        Ok(())
+    }
+
+    fn scratch(&self) -> Result<std::sync::MutexGuard<'_, EncoderScratch>> {
+        self.encoder
+            .lock()
+            .map_err(|_| ModelError::Internal("vision encoder scratch poisoned".into()))
+    }
+
+    /// Encodes `batch` (at most `enc.tiles` tiles) in one submission.
+    fn encode_batch(&self, enc: &mut EncoderScratch, batch: &[Vec<f32>]) -> Result<Vec<Vec<f32>>> {
+        let k = batch.len();
+        if k == 0 || k > enc.tiles {
+            return Err(ModelError::Internal(format!(
+                "{k} tiles in a call of at most {}",
+                enc.tiles
+            )));
+        }
+        let floats = self.hp.n_patches() * self.patch_cols;
+        for (i, tile) in batch.iter().enumerate() {
+            let rows = patch_rows(&self.hp, &self.order, self.patch_cols, tile)?;
+            enc.patches.write_slice((4 * i * floats) as u64, &rows)?;
+        }
+        if enc.steps[k - 1].is_none() {
+            let rec = self.record(enc, k)?;
+            enc.steps[k - 1] = Some(rec);
+        }
+        let step = enc.steps[k - 1]
             .as_mut()
             .ok_or_else(|| ModelError::Internal("vision step missing".into()))?;
         step.submit_and_wait()?;
-        let mut v = vec![0.0f32; self.hp.image_seq_len() * self.hp.projection_dim];
+        let per = self.hp.image_seq_len() * self.hp.projection_dim;
+        let mut v = vec![0.0f32; k * per];
         enc.out.read_slice(0, &mut v)?;
-        Ok(v)
+        Ok(v.chunks_exact(per).map(<[f32]>::to_vec).collect())
     }
 
-    /// Records one tile's encoding over `enc`.
-    fn record(&self, enc: &EncoderScratch) -> Result<Recording> {
+    /// Records the encoding of `k` tiles over `enc`: the products over all
+    /// their rows at once, the attention within each tile.
+    fn record(&self, enc: &EncoderScratch, k: usize) -> Result<Recording> {
         let hp = &self.hp;
-        let (n, d) = (hp.n_patches(), hp.n_embd);
-        let head_dim = d / hp.n_head;
+        let n = k * hp.n_patches();
+        let head_dim = hp.n_embd / hp.n_head;
         let heads = Heads {
             n_head: hp.n_head,
             head_dim,
@@ -415,13 +491,14 @@ impl SmolVlmModel {
         let mut rec = Recording::new(&self.ctx, false)?;
         {
             let mut f = Forward::new(&mut rec, self.planner, &enc.ws, n)?;
-            let patches = Mat::new(&enc.patches, n, self.patch_cols);
-            f.patch_embed(patches, &self.patch, &self.positions)?;
+            f.copy_rows(Mat::new(&enc.patches, n, self.patch_cols), &enc.patches_dev)?;
+            let patches = Mat::new(&enc.patches_dev, n, self.patch_cols);
+            f.patch_embed(patches, &self.patch, &self.positions, hp.n_patches())?;
             for b in &self.blocks {
                 f.encoder_block(&b.block(heads), &enc.keys, &enc.at)?;
             }
             let states = f.final_norm(self.post_ln.norm())?;
-            let seq = hp.image_seq_len();
+            let seq = k * hp.image_seq_len();
             let out = Mat::new(&enc.out_dev, seq, hp.projection_dim);
             f.project_merged(states, hp.scale_factor * hp.scale_factor, &self.fc, out)?;
             f.copy_rows(out, &enc.out)?;

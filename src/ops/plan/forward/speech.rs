@@ -164,8 +164,10 @@ impl<'a> Forward<'_, 'a> {
     }
 
     /// Records an encoder block: every position attends to every position
-    /// of the call, through `scratch` (keys and values of this block, as
-    /// many rows as the call has tokens) and its addressing.
+    /// of its key set — all of the call's, or with a batched addressing
+    /// each consecutive `at.n_keys` of them (one image of several) —
+    /// through `scratch` (keys and values of this block, at least as many
+    /// rows as the call has tokens) and its addressing.
     ///
     /// # Errors
     /// Key sets not of the call's tokens, shapes the kernels do not support.
@@ -175,10 +177,11 @@ impl<'a> Forward<'_, 'a> {
         scratch: &FullKv,
         at: &FullKvAddressing,
     ) -> Result<()> {
-        if scratch.n_keys != self.n || at.n_keys != self.n {
+        let n = self.n;
+        if scratch.n_keys < n || !n.is_multiple_of(at.n_keys) || n > at.n_keys * at.n_seqs {
             return Err(ModelError::Internal(format!(
-                "encoder keys for {} / {} positions, call of {}",
-                scratch.n_keys, at.n_keys, self.n
+                "encoder keys of {} rows, {} sets of {}, call of {n}",
+                scratch.n_keys, at.n_seqs, at.n_keys
             )));
         }
         let (q, k, v) = self.qkv(&b.attn)?;

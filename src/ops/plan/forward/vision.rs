@@ -18,33 +18,39 @@ impl Forward<'_, '_> {
     /// Records `x = patches · Wᵀ + b + positions` into the residual: the
     /// patch embedding (a convolution of stride = kernel is a product over
     /// the non-overlapping patches' rows) with the learned positional
-    /// embedding, `positions` holding one `n_embd` row per call token.
+    /// embedding, `positions` holding `n_pos` rows of `n_embd`, those of
+    /// one image; the call's tokens are whole images of `n_pos` patches.
     ///
     /// # Errors
-    /// Patch rows not of the call's tokens or the weight's width, shapes the
-    /// kernels do not support.
+    /// Patch rows not of the call's tokens or the weight's width, tokens
+    /// not whole images, shapes the kernels do not support.
     pub fn patch_embed(
         &mut self,
         patches: Mat<'_>,
         w: &Linear,
         positions: &Arc<Buffer>,
+        n_pos: usize,
     ) -> Result<()> {
         let (n, d) = (self.n, self.ws.shape.n_embd);
-        if patches.rows != n || patches.cols != w.n_in() || w.n_out() != d {
+        let bad_shape = patches.rows != n || patches.cols != w.n_in() || w.n_out() != d;
+        if bad_shape || n_pos == 0 || !n.is_multiple_of(n_pos) {
             return Err(ModelError::Internal(format!(
-                "patch rows {patches:?} for {n} tokens through [{}, {}] into width {d}",
+                "patch rows {patches:?} for {n} tokens of images of {n_pos} \
+                 through [{}, {}] into width {d}",
                 w.n_out(),
                 w.n_in()
             )));
         }
         let x = self.x();
-        let call = UnaryCall {
-            op: UnaryOp::Copy,
-            x: Mat::new(positions, n, d),
-            out: x,
-            add: false,
-        };
-        self.kernels().unary(self.rec, &call)?;
+        for image in 0..n / n_pos {
+            let call = UnaryCall {
+                op: UnaryOp::Copy,
+                x: Mat::new(positions, n_pos, d),
+                out: x.rows_at(image * n_pos, n_pos),
+                add: false,
+            };
+            self.kernels().unary(self.rec, &call)?;
+        }
         self.product(w, Input::F32(patches), Output::Accumulate(x))?;
         self.squares = false;
         Ok(())
