@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use combs::models::LoadOptions;
-use combs::models::smolvlm::{ImageEmbeddings, SmolVlmModel, embed_multimodal};
+use combs::models::smolvlm::{ImageEmbeddings, SmolVlmModel};
 use combs::runtime::{Model, SessionOptions};
 use combs::vision::ImageTiles;
 use common::gpu;
@@ -163,6 +163,12 @@ fn tile_embeddings_match_transformers() {
 fn prompt_with_image_matches_transformers_logits_and_greedy_tokens() {
     let Some(f) = load() else { return };
     let image_token = f.refs["image_token_id"].as_u64().expect("image token") as u32;
+    let parsed = f
+        .text
+        .tokenizer()
+        .encode("<image>", false, true)
+        .expect("tokenize");
+    assert_eq!(parsed, [image_token], "the text vocabulary's <image>");
     for kind in ["chat", "raw"] {
         let generation = &f.refs["generation"][kind];
         let name = generation["image"].as_str().expect("image");
@@ -174,8 +180,10 @@ fn prompt_with_image_matches_transformers_logits_and_greedy_tokens() {
             .map(|v| v.as_u64().expect("id") as u32)
             .collect();
         let images = [emb];
-        let spans =
-            embed_multimodal(&ids, image_token, f.text.spec().n_embd, &images).expect("placement");
+        let spans = f
+            .vlm
+            .embed_multimodal(&ids, image_token, &images)
+            .expect("placement");
         // Calls of 256 tokens: tiles straddle the boundaries between calls.
         let opts = SessionOptions {
             n_ctx: 1024,

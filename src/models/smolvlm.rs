@@ -353,6 +353,21 @@ impl SmolVlmModel {
         &self.text
     }
 
+    /// Where `images`' embeddings go in the prompt `tokens` (see
+    /// [`embed_multimodal`]), for [`crate::runtime::Session::prefill_with_embeddings`];
+    /// `image_token` is the text vocabulary's `<image>`.
+    ///
+    /// # Errors
+    /// As [`embed_multimodal`].
+    pub fn embed_multimodal<'a>(
+        &self,
+        tokens: &[u32],
+        image_token: u32,
+        images: &'a [ImageEmbeddings],
+    ) -> Result<Vec<EmbedRows<'a>>> {
+        embed_multimodal(tokens, image_token, self.text.spec().n_embd, images)
+    }
+
     /// The device.
     pub fn context(&self) -> &Arc<GpuContext> {
         &self.ctx
