@@ -25,6 +25,14 @@ use combs::vision::ImageTiles;
 use common::{Rng, gpu, rel_err};
 
 fn text_model(n_embd: usize, seed: u64) -> (GgufFile, Arc<dyn GenerativeModel>) {
+    text_model_with(n_embd, seed, &LoadOptions::default())
+}
+
+fn text_model_with(
+    n_embd: usize,
+    seed: u64,
+    opts: &LoadOptions,
+) -> (GgufFile, Arc<dyn GenerativeModel>) {
     let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
     cfg.seed = seed;
     if n_embd != cfg.n_embd {
@@ -33,7 +41,7 @@ fn text_model(n_embd: usize, seed: u64) -> (GgufFile, Arc<dyn GenerativeModel>) 
     }
     let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
     let m = ModelRegistry::new()
-        .load(&gpu(), &g, &LoadOptions::default())
+        .load(&gpu(), &g, opts)
         .expect("load text model");
     (g, m)
 }
@@ -307,10 +315,21 @@ fn prefill_with_own_token_embeddings_matches_prefill() {
     assert!(e < 1e-5, "after a decode step: relative error {e}");
 }
 
+/// On the default kernels (the host's on lavapipe) and on the Vulkan ones.
 #[test]
 fn prefill_with_random_rows_matches_reference() {
-    let mut rng = Rng::fresh("embed_random");
-    let (g, model) = text_model(64, rng.next_u64());
+    for backend in [None, Some(Backend::Vulkan)] {
+        prefill_with_random_rows(backend);
+    }
+}
+
+fn prefill_with_random_rows(backend: Option<Backend>) {
+    let mut rng = Rng::fresh(&format!("embed_random_{backend:?}"));
+    let opts = LoadOptions {
+        backend,
+        ..LoadOptions::default()
+    };
+    let (g, model) = text_model_with(64, rng.next_u64(), &opts);
     let spec = model.spec().clone();
     let (d, n_vocab) = (spec.n_embd, spec.n_vocab);
     let mut reference = ReferenceModel::load(&g, spec).expect("reference");
@@ -331,7 +350,7 @@ fn prefill_with_random_rows_matches_reference() {
         .expect("reference");
     }
     let e = rel_err(s.logits(), &want);
-    assert!(e < 1e-3, "relative error {e}");
+    assert!(e < 1e-3, "{backend:?}: relative error {e}");
 }
 
 #[test]
