@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use combs::ModelError;
 use combs::formats::gguf::GgufFile;
+use combs::gpu::DeviceClass;
 use combs::models::clip::ClipVisionHparams;
 use combs::models::reference::ReferenceModel;
 use combs::models::smolvlm::{ImageEmbeddings, SmolVlmModel, embed_multimodal};
@@ -84,11 +85,25 @@ fn check_encoder(
     backend: Option<Backend>,
     per_call: usize,
 ) {
-    let mut rng = Rng::fresh(&format!("vlm_{patch}_{scale}_{t:?}_{backend:?}"));
+    check_encoder_planned(patch, scale, t, backend, None, per_call);
+}
+
+fn check_encoder_planned(
+    patch: usize,
+    scale: usize,
+    t: QuantType,
+    backend: Option<Backend>,
+    plan_as: Option<DeviceClass>,
+    per_call: usize,
+) {
+    let mut rng = Rng::fresh(&format!(
+        "vlm_{patch}_{scale}_{t:?}_{backend:?}_{plan_as:?}"
+    ));
     let (_, text) = text_model(64, rng.next_u64());
     let p = HostProjector::random(tiny_hp(patch, scale, 64), t, rng.next_u64()).expect("random");
     let opts = LoadOptions {
         backend,
+        plan_as,
         ..LoadOptions::default()
     };
     let vlm = load_vlm(&p, text, &opts).expect("load projector");
@@ -124,6 +139,20 @@ fn vision_encoder_matches_reference_on_host_kernels() {
 fn vision_encoder_matches_reference_on_vulkan_kernels() {
     check_encoder(4, 2, QuantType::F16, Some(Backend::Vulkan), 2);
     check_encoder(2, 4, QuantType::F32, Some(Backend::Vulkan), 1);
+}
+
+/// The plans of a GPU (its kernel layouts) on whatever device the tests
+/// have; cooperative-matrix kernels only where the device has them.
+#[test]
+fn vision_encoder_matches_reference_on_gpu_plans() {
+    check_encoder_planned(
+        4,
+        2,
+        QuantType::F16,
+        Some(Backend::Vulkan),
+        Some(DeviceClass::Gpu),
+        2,
+    );
 }
 
 #[test]
