@@ -193,6 +193,11 @@ pub fn kernels() -> Vec<KernelDef> {
         "unary.comp",
         &[("OP_GELU_ERF", "1")],
     ));
+    k.push(def(
+        "unary_gelu_tanh_f32",
+        "unary.comp",
+        &[("OP_GELU_TANH", "1")],
+    ));
     k.push(def("unary_copy_f32", "unary.comp", &[("OP_COPY", "1")]));
     k.push(def("im2col_f32", "im2col.comp", &[]));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));

@@ -1,8 +1,10 @@
 #version 450
 // unary: d = f(x), or d += f(x) with the ADD flag, elementwise over rows.
 // OP_GELU_ERF: the exact GELU x * (1 + erf(x / sqrt 2)) / 2 of PyTorch's
-// nn.GELU() (Whisper's MLP and convolution stem); OP_COPY: f(x) = x (with
-// ADD, the sum of two matrices: positional embeddings into the residual).
+// nn.GELU() (Whisper's MLP and convolution stem); OP_GELU_TANH: its tanh
+// approximation (SigLIP's gelu_pytorch_tanh, ggml_gelu); OP_COPY: f(x) = x
+// (with ADD, the sum of two matrices: positional embeddings into the
+// residual).
 
 layout(local_size_x_id = 0) in;
 
@@ -23,6 +25,12 @@ float erf_approx(float x) {
 
 float op(float x) {
     return 0.5 * x * (1.0 + erf_approx(x * 0.7071067811865476));
+}
+#elif defined(OP_GELU_TANH)
+#include "common/act.glsl"
+
+float op(float x) {
+    return act_gelu_tanh(x);
 }
 #elif defined(OP_COPY)
 float op(float x) {

@@ -1,5 +1,5 @@
 //! The kernel families Whisper adds — layer norm with weight and bias, the
-//! exact GELU and the adding copy (`unary`), a 1-D convolution's patch rows
+//! exact and tanh GELUs and the adding copy (`unary`), a 1-D convolution's patch rows
 //! (`im2col`) — on both backends (the Vulkan kernels on whatever device
 //! runs the tests, lavapipe here, and the native host kernels) against
 //! their CPU references on fresh random data.
@@ -100,7 +100,7 @@ fn layer_norm_matches_reference() {
 fn unary_matches_reference() {
     let ctx = gpu();
     let mut rng = Rng::fresh("unary");
-    for op in [UnaryOp::GeluErf, UnaryOp::Copy] {
+    for op in [UnaryOp::GeluErf, UnaryOp::GeluTanh, UnaryOp::Copy] {
         for add in [false, true] {
             let (rows, cols, ld) = (13, 300, 320);
             let x: Vec<f32> = rng.normals(rows * ld, 3.0);

@@ -8,7 +8,7 @@ use crate::error::{ModelError, Result};
 use crate::formats::gguf::{GgufFile, TensorInfo};
 use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
 use crate::ops::linear::Linear;
-use crate::quant::{QuantWeight, TensorBytes, dequantize_vec};
+use crate::quant::{QuantType, QuantWeight, TensorBytes, dequantize_vec};
 
 /// Reads tensors of one file onto one device, counting bytes for a progress bar.
 pub struct TensorLoader<'a> {
@@ -91,8 +91,24 @@ impl<'a> TensorLoader<'a> {
     /// # Errors
     /// Missing tensor, wrong shape, unsupported type, device errors.
     pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<QuantWeight> {
+        self.matrix_shaped(name, &[cols, rows], rows, cols)
+    }
+
+    /// Loads a tensor of GGUF dims `dims` whose last dimension is `rows` as
+    /// the matrix `[rows, cols]` of its flattened rows (a convolution's
+    /// `[kw, kh, channels, out]` kernel as `[out, channels·kh·kw]`).
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape, unsupported type, device errors.
+    pub fn matrix_shaped(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        rows: usize,
+        cols: usize,
+    ) -> Result<QuantWeight> {
         let t = self.info(name)?;
-        Self::check_dims(t, &[cols, rows])?;
+        Self::check_dims(t, dims)?;
         let qtype = t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
             tensor: name.into(),
             ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
@@ -108,6 +124,42 @@ impl<'a> TensorLoader<'a> {
         )?;
         self.advance(t);
         Ok(w)
+    }
+
+    /// Uploads a matrix `[rows, cols]` the caller built (`bytes` in the
+    /// GGUF encoding of `qtype`), as [`TensorLoader::matrix`] would a stored one.
+    ///
+    /// # Errors
+    /// Bytes not of that shape, device errors.
+    pub fn upload_matrix(
+        &mut self,
+        name: &str,
+        qtype: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<QuantWeight> {
+        QuantWeight::from_gguf_bytes(&self.ctx, &mut self.up, name, qtype, rows, cols, bytes)
+    }
+
+    /// The GGUF dims of tensor `name` (`ne0` first).
+    ///
+    /// # Errors
+    /// Missing tensor.
+    pub fn host_dims(&self, name: &str) -> Result<Vec<u64>> {
+        Ok(self.info(name)?.dims.clone())
+    }
+
+    /// The stored type of tensor `name`.
+    ///
+    /// # Errors
+    /// Missing tensor, or a type combs does not compute with.
+    pub fn qtype(&self, name: &str) -> Result<QuantType> {
+        let t = self.info(name)?;
+        t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
+            tensor: name.into(),
+            ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
+        })
     }
 
     /// Loads matrices `names[i]` of `rows[i]` rows and `cols` columns as one
@@ -203,8 +255,18 @@ impl<'a> TensorLoader<'a> {
     /// # Errors
     /// Missing tensor, wrong shape, unsupported type.
     pub fn vector_host(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+        self.host_f32(name, &[len])
+    }
+
+    /// Reads a tensor of GGUF dims `dims` (any stored type) as f32 on the
+    /// host, `dims[0]` the contiguous one.
+    ///
+    /// # Errors
+    /// Missing tensor, wrong shape, unsupported type.
+    pub fn host_f32(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+        let len = dims.iter().product();
         let t = self.info(name)?;
-        Self::check_dims(t, &[len])?;
+        Self::check_dims(t, dims)?;
         let qtype = t.qtype.ok_or_else(|| ModelError::UnsupportedTensorType {
             tensor: name.into(),
             ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),

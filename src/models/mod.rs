@@ -11,11 +11,14 @@
 //! the activation buffers' shape and the KV caches (`kv::KvCaches`, which
 //! owns the page pools) — and is the `GenerativeModel` the registry returns.
 
+pub mod clip;
 pub mod llama;
 pub mod loader;
 pub mod reference;
 pub mod registry;
 pub mod scratch;
+pub mod smolvlm;
+pub mod smolvlm_reference;
 pub mod spec;
 pub mod speech;
 pub mod speech_loader;
@@ -31,11 +34,34 @@ pub use spec::{ArchSpec, Family, LayerKind};
 pub use speech_loader::load_speech_model;
 
 use crate::error::Result;
-use crate::gpu::{GpuContext, Recording};
+use crate::gpu::{Buffer, GpuContext, Recording};
 use crate::kv::{CacheConfig, KVCache, KvAttention, KvCaches, LayerGeometry};
 use crate::ops::act_round::Numerics;
 use crate::ops::plan::{Forward, OutputHead, Planner, Workspace, WorkspaceShape};
 use crate::quant::QuantWeight;
+
+/// Input vectors a caller gives in place of the token embeddings of
+/// `data.len() / n_embd` consecutive positions of a prompt, from `pos` on
+/// (an image's embeddings at its `<image>` tokens).
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedRows<'a> {
+    /// Index in the prompt of the first row.
+    pub pos: usize,
+    /// The rows, `n_embd` floats each.
+    pub data: &'a [f32],
+}
+
+/// A copy of `rows` rows of `n_embd` floats from row `src_row` of a
+/// caller's buffer over row `dst_row` of a call's residual stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowCopy {
+    /// First row in the source buffer.
+    pub src_row: usize,
+    /// First row of the call.
+    pub dst_row: usize,
+    /// Rows.
+    pub rows: usize,
+}
 
 /// A text-generating model resident on the GPU.
 pub trait GenerativeModel: Send + Sync {
@@ -64,6 +90,24 @@ pub trait GenerativeModel: Send + Sync {
     /// # Errors
     /// Shapes the kernels do not support.
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()>;
+
+    /// Records, after [`GenerativeModel::record_embed`] of a call of `n`
+    /// tokens, the copies `copies` of f32 rows of `src` over rows of its
+    /// residual stream: input vectors the caller computed (image
+    /// embeddings) in place of those of the tokens there. The embedding
+    /// scale of the model (Gemma's `√n_embd`) applies to token rows only,
+    /// as in llama.cpp, where it scales only embeddings looked up from ids.
+    ///
+    /// # Errors
+    /// Rows outside the call or outside `src`.
+    fn record_put_rows(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        src: &Arc<Buffer>,
+        copies: &[RowCopy],
+    ) -> Result<()>;
 
     /// Records every transformer block over the `n` rows of the residual
     /// stream at the positions in `s`, storing their K/V in `cache`.
@@ -195,6 +239,21 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()> {
         let (table, scale) = self.arch.embedding();
         Forward::new(rec, self.planner, &s.work, n)?.embed(table, scale)
+    }
+
+    fn record_put_rows(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        src: &Arc<Buffer>,
+        copies: &[RowCopy],
+    ) -> Result<()> {
+        let mut f = Forward::new(rec, self.planner, &s.work, n)?;
+        for c in copies {
+            f.put_rows(src, c.src_row, c.dst_row, c.rows)?;
+        }
+        Ok(())
     }
 
     fn record_blocks(

@@ -232,15 +232,35 @@ impl ReferenceModel {
     /// Token id out of range.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         let x = self.hidden(token)?;
+        Ok(self.logits_of(&x))
+    }
+
+    /// Runs one position whose input vector is `x` (instead of a token's
+    /// embedding, unscaled) and returns its logits.
+    ///
+    /// # Errors
+    /// `x` not `n_embd` wide.
+    pub fn step_embedding(&mut self, x: &[f32]) -> Result<Vec<f32>> {
+        if x.len() != self.spec.n_embd {
+            return Err(ModelError::invalid(
+                "embedding",
+                format!("{} floats, n_embd is {}", x.len(), self.spec.n_embd),
+            ));
+        }
+        let x = self.hidden_from(x.to_vec())?;
+        Ok(self.logits_of(&x))
+    }
+
+    fn logits_of(&self, x: &[f32]) -> Vec<f32> {
         let sp = &self.spec;
-        let xn = rms_norm_ref(&x, Some(&self.output_norm), sp.norm_flavor, sp.norm_eps);
+        let xn = rms_norm_ref(x, Some(&self.output_norm), sp.norm_flavor, sp.norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.token_embd);
         let mut logits = head.apply(&xn);
         if sp.final_softcap > 0.0 {
             let c = sp.final_softcap;
             logits.iter_mut().for_each(|l| *l = c * (*l / c).tanh());
         }
-        Ok(logits)
+        logits
     }
 
     /// Runs one token at the next position without the output head (its
@@ -255,7 +275,7 @@ impl ReferenceModel {
     /// The residual stream after the last block for `token` at the next position.
     fn hidden(&mut self, token: u32) -> Result<Vec<f32>> {
         let sp = self.spec.clone();
-        let (e, hd) = (sp.n_embd, sp.head_dim);
+        let e = sp.n_embd;
         let t = token as usize;
         if t >= sp.n_vocab {
             return Err(ModelError::TokenOutOfRange {
@@ -263,11 +283,19 @@ impl ReferenceModel {
                 n_vocab: sp.n_vocab,
             });
         }
-        let pos = self.cache[0].len();
-        let mut x: Vec<f32> = self.token_embd.w[t * e..(t + 1) * e]
+        let x: Vec<f32> = self.token_embd.w[t * e..(t + 1) * e]
             .iter()
             .map(|v| v * sp.embed_scale)
             .collect();
+        self.hidden_from(x)
+    }
+
+    /// The residual stream after the last block for input vector `x` at
+    /// the next position.
+    fn hidden_from(&mut self, mut x: Vec<f32>) -> Result<Vec<f32>> {
+        let sp = self.spec.clone();
+        let hd = sp.head_dim;
+        let pos = self.cache[0].len();
         let norm = |v: &[f32], w: &[f32]| rms_norm_ref(v, Some(w), sp.norm_flavor, sp.norm_eps);
         let add_bias = |mut v: Vec<f32>, b: &Option<Vec<f32>>| {
             if let Some(b) = b {

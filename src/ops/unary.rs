@@ -1,6 +1,7 @@
 //! `unary`: `d = f(x)` or `d += f(x)` elementwise — the exact (erf) GELU of
-//! Whisper's MLP and convolution stem, and the plain copy whose adding form
-//! sums two matrices (positional embeddings into the residual).
+//! Whisper's MLP and convolution stem, the tanh-approximated GELU of
+//! SigLIP's MLP, and the plain copy whose adding form sums two matrices
+//! (positional embeddings into the residual).
 
 use super::params::UnaryParams;
 use super::{Mat, pc_u32};
@@ -12,6 +13,9 @@ use crate::gpu::{Binding, Kernel, Recording};
 pub enum UnaryOp {
     /// `x * (1 + erf(x / √2)) / 2`, PyTorch's `nn.GELU()`.
     GeluErf,
+    /// `x (1 + tanh(√(2/π) (x + 0.044715 x³))) / 2`, PyTorch's
+    /// `gelu_pytorch_tanh` (SigLIP) and ggml's `ggml_gelu`.
+    GeluTanh,
     /// `x`.
     Copy,
 }
@@ -66,6 +70,7 @@ pub fn record_unary(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
     };
     let kernel = match call.op {
         UnaryOp::GeluErf => Kernel::UnaryGeluErfF32,
+        UnaryOp::GeluTanh => Kernel::UnaryGeluTanhF32,
         UnaryOp::Copy => Kernel::UnaryCopyF32,
     };
     rec.dispatch_elementwise(
@@ -80,6 +85,7 @@ pub fn record_unary(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
 pub fn unary_ref(op: UnaryOp, x: f32) -> f32 {
     match op {
         UnaryOp::GeluErf => gelu_erf(f64::from(x)) as f32,
+        UnaryOp::GeluTanh => super::glu::act_ref(super::glu::Activation::GeluTanh, x),
         UnaryOp::Copy => x,
     }
 }

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
-use crate::gpu::{HostRows, Recording};
+use crate::gpu::{Buffer, HostRows, MemoryKind, Recording};
 use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
-use crate::models::{GenerativeModel, Scratch};
+use crate::models::{EmbedRows, GenerativeModel, RowCopy, Scratch};
 
 /// Options of a session (the C API's `combs_session_options`).
 #[derive(Clone, Debug)]
@@ -56,6 +56,9 @@ pub struct Session {
     /// holds it, the runner writes its next steps elsewhere).
     lent: Option<HostRows<f32>>,
     n_batch: usize,
+    /// Staging of caller-given input rows of one forward call (made on
+    /// first use, `n_batch` rows of `n_embd`).
+    embed_rows: Option<Arc<Buffer>>,
 }
 
 impl Session {
@@ -97,6 +100,7 @@ impl Session {
             decode_step: None,
             tokens: Vec::new(),
             n_batch,
+            embed_rows: None,
         })
     }
 
@@ -167,6 +171,7 @@ impl Session {
             logits: self.logits.clone(),
             lent: self.lent.clone(),
             n_batch: self.n_batch,
+            embed_rows: None,
         })
     }
 
@@ -233,7 +238,29 @@ impl Session {
     /// # Errors
     /// Token out of range or context full (nothing is evaluated then), or a device error.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<()> {
+        self.prefill_with_embeddings(tokens, &[])
+    }
+
+    /// Evaluates `tokens` as [`Session::prefill`], with the input vectors
+    /// of the positions each of `rows` covers (`rows[i].pos` counted from
+    /// the start of `tokens`) taken from it instead of the token embedding
+    /// table — an image's embeddings at its `<image>` tokens. The tokens
+    /// there are still what the session holds. A span may cross the
+    /// boundary between two forward calls of a long prompt.
+    ///
+    /// A rewind that re-evaluates positions (a sliding-window cache rewound
+    /// past its ring) evaluates them from their tokens alone.
+    ///
+    /// # Errors
+    /// Spans outside `tokens`, overlapping, empty or not whole rows of
+    /// `n_embd`, non-finite values, and the errors of [`Session::prefill`].
+    pub fn prefill_with_embeddings(
+        &mut self,
+        tokens: &[u32],
+        rows: &[EmbedRows<'_>],
+    ) -> Result<()> {
         self.check_tokens(tokens)?;
+        let spans = self.check_spans(tokens.len(), rows)?;
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
         let saved = if multi {
@@ -241,8 +268,11 @@ impl Session {
         } else {
             Vec::new()
         };
-        for chunk in tokens.chunks(self.chunk_len()) {
-            if let Err(e) = self.forward_chunk(chunk, None) {
+        let chunk_len = self.chunk_len();
+        for (ic, chunk) in tokens.chunks(chunk_len).enumerate() {
+            let first = ic * chunk_len;
+            let result = self.forward_chunk_with(chunk, None, &spans, first);
+            if let Err(e) = result {
                 // A prompt is evaluated whole or not at all (e.g. when the
                 // page pool runs out part way through a long one).
                 if multi {
@@ -274,14 +304,107 @@ impl Session {
         Ok(out)
     }
 
+    /// `rows` sorted by position, each checked.
+    fn check_spans<'r>(
+        &self,
+        n_tokens: usize,
+        rows: &[EmbedRows<'r>],
+    ) -> Result<Vec<EmbedRows<'r>>> {
+        let d = self.model.spec().n_embd;
+        let mut spans = rows.to_vec();
+        spans.sort_by_key(|r| r.pos);
+        let mut end = 0;
+        for r in &spans {
+            let n = r.data.len() / d.max(1);
+            if r.data.is_empty() || r.data.len() % d != 0 {
+                return Err(ModelError::invalid(
+                    "embedding rows",
+                    format!("{} floats are not whole rows of {d}", r.data.len()),
+                ));
+            }
+            if r.pos < end || r.pos + n > n_tokens {
+                return Err(ModelError::invalid(
+                    "embedding rows",
+                    format!(
+                        "rows {}..{} overlap others or pass the {n_tokens} tokens",
+                        r.pos,
+                        r.pos + n
+                    ),
+                ));
+            }
+            if r.data.iter().any(|v| !v.is_finite()) {
+                return Err(ModelError::invalid("embedding rows", "non-finite values"));
+            }
+            end = r.pos + n;
+        }
+        Ok(spans)
+    }
+
+    /// Writes the parts of `spans` inside the call of tokens
+    /// `first..first + n` to the staging buffer and returns their copies.
+    fn stage_rows(
+        &mut self,
+        spans: &[EmbedRows<'_>],
+        first: usize,
+        n: usize,
+    ) -> Result<Vec<RowCopy>> {
+        let d = self.model.spec().n_embd;
+        let mut copies = Vec::new();
+        let mut staged = 0;
+        for r in spans {
+            let (a, b) = (r.pos.max(first), (r.pos + r.data.len() / d).min(first + n));
+            if a >= b {
+                continue;
+            }
+            if self.embed_rows.is_none() {
+                let bytes = (4 * self.n_batch * d) as u64;
+                let ctx = self.model.context();
+                self.embed_rows = Some(Buffer::new(
+                    ctx,
+                    bytes,
+                    MemoryKind::Upload,
+                    "embedding rows",
+                )?);
+            }
+            let buf = self
+                .embed_rows
+                .as_ref()
+                .ok_or_else(|| ModelError::Internal("embedding rows missing".into()))?;
+            let src = &r.data[(a - r.pos) * d..(b - r.pos) * d];
+            buf.write_slice((4 * staged * d) as u64, src)?;
+            copies.push(RowCopy {
+                src_row: staged,
+                dst_row: a - first,
+                rows: b - a,
+            });
+            staged += b - a;
+        }
+        Ok(copies)
+    }
+
     fn forward_chunk(&mut self, chunk: &[u32], all_logits: Option<&mut [f32]>) -> Result<()> {
+        self.forward_chunk_with(chunk, all_logits, &[], 0)
+    }
+
+    fn forward_chunk_with(
+        &mut self,
+        chunk: &[u32],
+        all_logits: Option<&mut [f32]>,
+        spans: &[EmbedRows<'_>],
+        first: usize,
+    ) -> Result<()> {
         let n = chunk.len();
         let pos0 = self.tokens.len();
+        let copies = self.stage_rows(spans, first, n)?;
         self.cache.reserve(n)?;
         self.write_inputs(chunk, pos0)?;
         let ctx = self.model.context().clone();
         let mut rec = Recording::new(&ctx, false)?;
         self.model.record_embed(&mut rec, &self.scratch, n)?;
+        if let (false, Some(src)) = (copies.is_empty(), self.embed_rows.as_ref()) {
+            self.model
+                .record_put_rows(&mut rec, &self.scratch, n, src, &copies)?;
+        }
         self.model
             .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), n)?;
         match all_logits {

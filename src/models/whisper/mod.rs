@@ -25,6 +25,7 @@ use crate::ops::plan::{
     ConvStem, CrossDecoderBlock, EncoderBlock, Forward, FullKv, FullKvAddressing, Heads,
     LnCrossAttention, LnMlp, LnSelfAttention, Planner, Workspace, WorkspaceShape,
 };
+use crate::ops::unary::UnaryOp;
 use crate::quant::{QuantType, QuantWeight, quantize};
 use crate::tokenizer::whisper::WhisperVocab;
 
@@ -552,6 +553,7 @@ impl WhisperModel {
     fn mlp<'a>(m: &'a MlpW) -> LnMlp<'a> {
         LnMlp {
             norm: m.norm.norm(),
+            act: UnaryOp::GeluErf,
             up: &m.up,
             down: &m.down,
         }

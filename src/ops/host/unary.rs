@@ -1,12 +1,14 @@
-//! Elementwise functions on the host (the exact GELU, the copy and their
-//! adding forms), rows spread over the cores; the GELU in f32 arithmetic
-//! (`math::gelu_erf`, the GLSL kernel's) rather than the reference's f64.
+//! Elementwise functions on the host (the exact and tanh GELUs, the copy and
+//! their adding forms), rows spread over the cores; the GELUs in f32
+//! arithmetic (`math::gelu_erf` and `math::act`, the GLSL kernels') rather
+//! than the reference's f64.
 
 use rayon::prelude::*;
 
 use super::Rows;
 use crate::error::Result;
 use crate::gpu::{HostStep, Recording};
+use crate::ops::glu::Activation;
 use crate::ops::unary::{UnaryCall, UnaryOp};
 
 /// Records `out (+)= op(x)`.
@@ -20,6 +22,11 @@ pub(super) fn record(rec: &mut Recording, call: &UnaryCall<'_>) -> Result<()> {
             UnaryOp::GeluErf => ys
                 .par_chunks_mut(cols)
                 .for_each(super::math::gelu_erf_slice),
+            UnaryOp::GeluTanh => ys.par_chunks_mut(cols).for_each(|row| {
+                for v in row {
+                    *v = super::math::act(Activation::GeluTanh, *v);
+                }
+            }),
             UnaryOp::Copy => {}
         }
         let mut d = out.write::<f32>(mem)?;

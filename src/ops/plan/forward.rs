@@ -3,6 +3,7 @@
 //! [`Plan`] of the call's shape class allows.
 
 mod speech;
+mod vision;
 
 use std::sync::Arc;
 

@@ -53,10 +53,15 @@ impl FullKv {
 }
 
 /// How a call's tokens address a [`FullKv`] of `n_keys` rows: positions
-/// `0..n_keys` to store the rows, and `n_keys - 1` for every query.
+/// `0..n_keys` to store the rows, and `n_keys - 1` for every query. A
+/// batched addressing ([`FullKvAddressing::batched`]) holds `n_seqs` such
+/// key sets, one page each, token `i` of the call in set `i / n_keys`: the
+/// encoder's attention over several images at once, each seeing its own.
 pub struct FullKvAddressing {
-    /// Rows of the key sets addressed.
+    /// Rows of each key set addressed.
     pub n_keys: usize,
+    /// Key sets (1 but for a batched addressing).
+    pub n_seqs: usize,
     /// Most queries of one call.
     pub max_queries: usize,
     store_positions: Arc<Buffer>,
@@ -71,25 +76,62 @@ impl FullKvAddressing {
     /// # Errors
     /// No keys, or out of host-visible memory.
     pub fn new(ctx: &Arc<GpuContext>, n_keys: usize, max_queries: usize) -> Result<Self> {
+        Self::make(ctx, n_keys, 1, max_queries)
+    }
+
+    /// The addressing of `n_seqs` key sets of `n_keys` rows each, for calls
+    /// of up to `n_keys · n_seqs` tokens (the keys of set `s` at rows
+    /// `s · n_keys..` of a [`FullKv`] of `n_keys · n_seqs` rows).
+    ///
+    /// # Errors
+    /// No keys or no sets, or out of host-visible memory.
+    pub fn batched(ctx: &Arc<GpuContext>, n_keys: usize, n_seqs: usize) -> Result<Self> {
+        if n_seqs == 0 {
+            return Err(ModelError::invalid("full attention", "no key sets"));
+        }
+        Self::make(ctx, n_keys, n_seqs, n_keys * n_seqs)
+    }
+
+    fn make(
+        ctx: &Arc<GpuContext>,
+        n_keys: usize,
+        n_seqs: usize,
+        max_queries: usize,
+    ) -> Result<Self> {
         if n_keys == 0 {
             return Err(ModelError::invalid("full attention", "no keys"));
         }
-        let rows = max_queries.max(n_keys);
+        let rows = max_queries.max(n_keys * n_seqs);
         let ints = |v: &[i32], name: &str| -> Result<Arc<Buffer>> {
             let b = Buffer::new(ctx, (4 * v.len()) as u64, MemoryKind::Upload, name)?;
             b.write_slice(0, v)?;
             Ok(b)
         };
-        let last = i32::try_from(n_keys - 1)
-            .map_err(|_| ModelError::invalid("full attention", format!("{n_keys} keys")))?;
-        let store: Vec<i32> = (0..=last).collect();
+        let too_many =
+            || ModelError::invalid("full attention", format!("{n_seqs} x {n_keys} keys"));
+        let last = i32::try_from(n_keys - 1).map_err(|_| too_many())?;
+        let seqs = i32::try_from(n_seqs).map_err(|_| too_many())?;
+        let store: Vec<i32> = (0..seqs).flat_map(|_| 0..=last).collect();
+        // Queries past the sets (Whisper's decoder asks for more queries
+        // than keys) belong to the first.
+        let base: Vec<i32> = (0..rows)
+            .map(|i| {
+                if i < n_keys * n_seqs {
+                    (i / n_keys) as i32
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let pages: Vec<i32> = (0..seqs).collect();
         Ok(FullKvAddressing {
             n_keys,
+            n_seqs,
             max_queries: rows,
             store_positions: ints(&store, "full kv store positions")?,
             attend_positions: ints(&vec![last; rows], "full kv query positions")?,
-            page_table: ints(&[0], "full kv page table")?,
-            seq_base: ints(&vec![0; rows], "full kv sequence base")?,
+            page_table: ints(&pages, "full kv page table")?,
+            seq_base: ints(&base, "full kv sequence base")?,
         })
     }
 

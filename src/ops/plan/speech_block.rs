@@ -1,5 +1,6 @@
 //! What a speech model (Whisper) asks the planner to compute: a convolution
-//! stem, pre-LayerNorm encoder blocks over every position at once, and
+//! stem, pre-LayerNorm encoder blocks over every position at once (also
+//! SigLIP's, the vision encoder of SmolVLM), and
 //! decoder blocks with causal self-attention, cross-attention over the
 //! encoder's keys and values, and a GELU MLP. Weights and settings only,
 //! as [`super::DecoderBlock`] for the Llama family.
@@ -10,6 +11,7 @@ use crate::gpu::Buffer;
 use crate::ops::im2col::Conv1d;
 use crate::ops::layer_norm::LayerNorm;
 use crate::ops::linear::Linear;
+use crate::ops::unary::UnaryOp;
 
 /// Two 1-D convolutions with GELU after each, then the positional
 /// embedding added: `x = gelu(conv2(gelu(conv1(mel)))) + pos`.
@@ -70,11 +72,14 @@ pub struct LnCrossAttention<'a> {
     pub heads: Heads,
 }
 
-/// The MLP behind a layer norm: `x += down(gelu(up(ln(x))))`, exact GELU.
+/// The MLP behind a layer norm: `x += down(act(up(ln(x))))`, the exact
+/// GELU for Whisper, the tanh one for SigLIP.
 #[derive(Clone, Copy)]
 pub struct LnMlp<'a> {
     /// The norm before it.
     pub norm: LayerNorm<'a>,
+    /// The activation between the two products.
+    pub act: UnaryOp,
     /// `d → 4d`.
     pub up: &'a Linear,
     /// `4d → d`.

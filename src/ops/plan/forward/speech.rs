@@ -90,12 +90,11 @@ impl<'a> Forward<'_, 'a> {
     }
 
     fn gelu(&mut self, x: Mat<'_>, out: Mat<'_>, add: bool) -> Result<()> {
-        let call = UnaryCall {
-            op: UnaryOp::GeluErf,
-            x,
-            out,
-            add,
-        };
+        self.unary(UnaryOp::GeluErf, x, out, add)
+    }
+
+    fn unary(&mut self, op: UnaryOp, x: Mat<'_>, out: Mat<'_>, add: bool) -> Result<()> {
+        let call = UnaryCall { op, x, out, add };
         self.kernels().unary(self.rec, &call)
     }
 
@@ -159,14 +158,16 @@ impl<'a> Forward<'_, 'a> {
         let xn = self.layer_normed(m.norm)?;
         let h = self.scratch(&self.ws.hidden, self.n, m.up.n_out())?;
         self.product(m.up, Input::F32(xn), Output::Store(h))?;
-        self.gelu(h, h, false)?;
+        self.unary(m.act, h, h, false)?;
         let x = self.x();
         self.product(m.down, Input::F32(h), Output::Accumulate(x))
     }
 
     /// Records an encoder block: every position attends to every position
-    /// of the call, through `scratch` (keys and values of this block, as
-    /// many rows as the call has tokens) and its addressing.
+    /// of its key set — all of the call's, or with a batched addressing
+    /// each consecutive `at.n_keys` of them (one image of several) —
+    /// through `scratch` (keys and values of this block, at least as many
+    /// rows as the call has tokens) and its addressing.
     ///
     /// # Errors
     /// Key sets not of the call's tokens, shapes the kernels do not support.
@@ -176,10 +177,11 @@ impl<'a> Forward<'_, 'a> {
         scratch: &FullKv,
         at: &FullKvAddressing,
     ) -> Result<()> {
-        if scratch.n_keys != self.n || at.n_keys != self.n {
+        let n = self.n;
+        if scratch.n_keys < n || !n.is_multiple_of(at.n_keys) || n > at.n_keys * at.n_seqs {
             return Err(ModelError::Internal(format!(
-                "encoder keys for {} / {} positions, call of {}",
-                scratch.n_keys, at.n_keys, self.n
+                "encoder keys of {} rows, {} sets of {}, call of {n}",
+                scratch.n_keys, at.n_seqs, at.n_keys
             )));
         }
         let (q, k, v) = self.qkv(&b.attn)?;
