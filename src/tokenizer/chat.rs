@@ -59,9 +59,10 @@ pub fn apply_chat_template(
     let tmpl = env
         .template_from_str(template)
         .map_err(|e| template_err(&e))?;
+    let typed = wants_typed_content(&tmpl, bos, eos);
     let msgs: Vec<Value> = messages
         .iter()
-        .map(|m| minijinja::context! { role => m.role.as_str(), content => m.content.as_str() })
+        .map(|m| minijinja::context! { role => m.role.as_str(), content => content_value(&m.content, typed) })
         .collect();
     let ctx = minijinja::context! {
         messages => msgs,
@@ -79,6 +80,48 @@ pub fn apply_chat_template(
             _ => template_err(&e),
         }
     })
+}
+
+/// The placeholder a message's text holds where an image goes; templates
+/// that take typed content get an `{"type": "image"}` part there.
+pub const IMAGE_MARKER: &str = "<image>";
+
+/// Whether the template drops a message whose content is a plain string
+/// (multimodal templates such as SmolVLM's iterate over typed parts,
+/// `{"type": "text", "text": ...}`), as llama.cpp's template capability
+/// probe decides: render a probe text both ways and see which shows it.
+fn wants_typed_content(tmpl: &minijinja::Template<'_, '_>, bos: &str, eos: &str) -> bool {
+    const PROBE: &str = "combs-probe-7f3a";
+    let shows = |content: Value| {
+        let msgs = vec![minijinja::context! { role => "user", content => content }];
+        tmpl.render(minijinja::context! {
+            messages => msgs,
+            add_generation_prompt => false,
+            bos_token => bos,
+            eos_token => eos,
+        })
+        .is_ok_and(|out| out.contains(PROBE))
+    };
+    !shows(Value::from(PROBE)) && shows(content_value(PROBE, true))
+}
+
+/// A message's content: the text itself, or for templates that take typed
+/// content its parts — text between [`IMAGE_MARKER`]s, an image part for
+/// each marker.
+fn content_value(text: &str, typed: bool) -> Value {
+    if !typed {
+        return Value::from(text);
+    }
+    let mut parts = Vec::new();
+    for (i, piece) in text.split(IMAGE_MARKER).enumerate() {
+        if i > 0 {
+            parts.push(minijinja::context! { type => "image" });
+        }
+        if !piece.is_empty() {
+            parts.push(minijinja::context! { type => "text", text => piece });
+        }
+    }
+    Value::from(parts)
 }
 
 fn template_err(e: &Error) -> ModelError {
