@@ -15,5 +15,6 @@ pub mod ops;
 pub mod quant;
 pub mod runtime;
 pub mod tokenizer;
+pub mod vision;
 
 pub use error::{ModelError, Result};

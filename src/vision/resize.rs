@@ -1,0 +1,230 @@
+//! PIL's `Image.resize(size, Image.LANCZOS)` on RGB8 images, bit for bit:
+//! the numerics of Pillow's `libImaging/Resample.c` (`precompute_coeffs`,
+//! `normalize_coeffs_8bpc`, `ImagingResampleHorizontal_8bpc` /
+//! `Vertical_8bpc`), which transformers' Idefics3 image processor calls for
+//! every resize and llama.cpp's mtmd copies (`resize_pillow`).
+//!
+//! Why not a crate: `image::imageops::resize` uses a different Lanczos
+//! window and filters in f32 without PIL's per-pass rounding, and
+//! `fast_image_resize`'s convolution, though "PIL-like", quantizes its
+//! weights to a precision chosen per filter (i16 coefficients) instead of
+//! PIL's 22-bit ones, so pixels move by a step here and there. The
+//! preprocessing is specified as bit-exact where transformers is, so the
+//! ~100 lines below reproduce Pillow's arithmetic exactly:
+//!
+//! - the filter is `sinc(x) * sinc(x / 3)` on `[-3, 3)`, its support
+//!   widened by the downscale factor (`support = 3 * max(in / out, 1)`);
+//! - each output pixel's weights are normalized to sum 1 in f64, then
+//!   rounded to fixed point with 22 fraction bits (away from zero at .5);
+//! - the horizontal pass runs first (over only the source rows the vertical
+//!   pass reads), then the vertical one; each accumulates in i32 from a
+//!   rounding bias of `2^21` and clamps to u8, so the intermediate image is
+//!   uint8 as PIL's is;
+//! - a pass whose size does not change is skipped, and an unchanged size is
+//!   a copy (PIL returns `self.copy()`).
+//!
+//! Rows are independent within a pass, so both passes run in parallel over
+//! output rows (rayon), with one i32 accumulator row per worker.
+
+use rayon::prelude::*;
+
+use super::image::RgbImage;
+use crate::error::Result;
+
+const PRECISION_BITS: u32 = 32 - 8 - 2;
+/// Lanczos' support radius (a = 3) in source pixels at scale 1.
+const LANCZOS_SUPPORT: f64 = 3.0;
+const CHANNELS: usize = 3;
+
+/// Resizes an RGB8 image with PIL's LANCZOS filter.
+///
+/// # Errors
+/// [`crate::ModelError::InvalidArgument`] for a target size that is empty
+/// or past the image bounds.
+pub fn resize_lanczos(src: &RgbImage, width: u32, height: u32) -> Result<RgbImage> {
+    super::image::check_size(width, height)?;
+    let (in_w, in_h) = (src.width() as usize, src.height() as usize);
+    let (out_w, out_h) = (width as usize, height as usize);
+    if (in_w, in_h) == (out_w, out_h) {
+        return Ok(src.clone());
+    }
+    let horiz = Coeffs::new(in_w, out_w);
+    let mut vert = Coeffs::new(in_h, out_h);
+
+    if out_w == in_w {
+        let data = vertical_pass(src.data(), in_w, &vert);
+        return Ok(RgbImage::from_parts(width, height, data));
+    }
+    // Only the rows the vertical pass reads get a horizontal pass.
+    let (first, last) = if out_h == in_h {
+        (0, in_h)
+    } else {
+        let first = vert.bounds[0].0;
+        let (lmin, lcnt) = vert.bounds[out_h - 1];
+        (first, lmin + lcnt)
+    };
+    let rows = &src.data()[first * in_w * CHANNELS..last * in_w * CHANNELS];
+    let tmp = horizontal_pass(rows, in_w, &horiz);
+    if out_h == in_h {
+        return Ok(RgbImage::from_parts(width, height, tmp));
+    }
+    for b in &mut vert.bounds {
+        b.0 -= first;
+    }
+    let data = vertical_pass(&tmp, out_w, &vert);
+    Ok(RgbImage::from_parts(width, height, data))
+}
+
+/// One dimension's filter: for each output index, the first source index
+/// and the count it reads, and `ksize` fixed-point weights (zero past the
+/// count).
+struct Coeffs {
+    ksize: usize,
+    bounds: Vec<(usize, usize)>,
+    weights: Vec<i32>,
+}
+
+impl Coeffs {
+    /// Pillow's `precompute_coeffs` (box = the whole source) followed by
+    /// `normalize_coeffs_8bpc`.
+    fn new(in_size: usize, out_size: usize) -> Self {
+        let scale = in_size as f64 / out_size as f64;
+        let filterscale = scale.max(1.0);
+        let support = LANCZOS_SUPPORT * filterscale;
+        let ksize = support.ceil() as usize * 2 + 1;
+        let ss = 1.0 / filterscale;
+        let mut bounds = Vec::with_capacity(out_size);
+        let mut weights = vec![0i32; out_size * ksize];
+        let mut pre = vec![0f64; ksize];
+        for (xx, k_out) in weights.chunks_exact_mut(ksize).enumerate() {
+            let center = (xx as f64 + 0.5) * scale;
+            // C's (int) cast truncates toward zero, as `as i64` does.
+            let xmin = ((center - support + 0.5) as i64).max(0) as usize;
+            let xmax = ((center + support + 0.5) as i64).min(in_size as i64) as usize;
+            let count = xmax.saturating_sub(xmin);
+            let mut ww = 0.0;
+            for (x, w) in pre.iter_mut().enumerate().take(count) {
+                *w = lanczos(((x + xmin) as f64 - center + 0.5) * ss);
+                ww += *w;
+            }
+            for (x, k) in k_out.iter_mut().enumerate().take(count) {
+                let w = if ww != 0.0 { pre[x] / ww } else { pre[x] };
+                let fixed = w * f64::from(1u32 << PRECISION_BITS);
+                *k = if w < 0.0 {
+                    (fixed - 0.5) as i32
+                } else {
+                    (fixed + 0.5) as i32
+                };
+            }
+            bounds.push((xmin, count));
+        }
+        Coeffs {
+            ksize,
+            bounds,
+            weights,
+        }
+    }
+
+    fn kernel(&self, i: usize) -> (usize, &[i32]) {
+        let (min, count) = self.bounds[i];
+        (min, &self.weights[i * self.ksize..i * self.ksize + count])
+    }
+}
+
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let x = x * std::f64::consts::PI;
+    x.sin() / x
+}
+
+fn lanczos(x: f64) -> f64 {
+    if (-LANCZOS_SUPPORT..LANCZOS_SUPPORT).contains(&x) {
+        sinc(x) * sinc(x / LANCZOS_SUPPORT)
+    } else {
+        0.0
+    }
+}
+
+/// Pillow's `clip8`: the accumulator's integer part, clamped to a byte.
+#[inline]
+fn clip8(acc: i32) -> u8 {
+    (acc >> PRECISION_BITS).clamp(0, 255) as u8
+}
+
+const BIAS: i32 = 1 << (PRECISION_BITS - 1);
+
+/// Resamples each row of `rows` (rows of `in_w` RGB pixels) to the output
+/// width of `c`.
+fn horizontal_pass(rows: &[u8], in_w: usize, c: &Coeffs) -> Vec<u8> {
+    let out_w = c.bounds.len();
+    let n_rows = rows.len() / (in_w * CHANNELS);
+    let mut out = vec![0u8; n_rows * out_w * CHANNELS];
+    out.par_chunks_mut(out_w * CHANNELS)
+        .zip(rows.par_chunks(in_w * CHANNELS))
+        .for_each(|(dst, src)| {
+            for (xx, px) in dst.chunks_exact_mut(CHANNELS).enumerate() {
+                let (xmin, k) = c.kernel(xx);
+                let taps = &src[xmin * CHANNELS..(xmin + k.len()) * CHANNELS];
+                let (mut s0, mut s1, mut s2) = (BIAS, BIAS, BIAS);
+                for (p, &w) in taps.chunks_exact(CHANNELS).zip(k) {
+                    s0 = s0.wrapping_add(i32::from(p[0]).wrapping_mul(w));
+                    s1 = s1.wrapping_add(i32::from(p[1]).wrapping_mul(w));
+                    s2 = s2.wrapping_add(i32::from(p[2]).wrapping_mul(w));
+                }
+                px[0] = clip8(s0);
+                px[1] = clip8(s1);
+                px[2] = clip8(s2);
+            }
+        });
+    out
+}
+
+/// Resamples the columns of `src` (rows of `width` RGB pixels) to the
+/// output height of `c`, whose bounds index rows of `src`.
+fn vertical_pass(src: &[u8], width: usize, c: &Coeffs) -> Vec<u8> {
+    let stride = width * CHANNELS;
+    let out_h = c.bounds.len();
+    let mut out = vec![0u8; out_h * stride];
+    out.par_chunks_mut(stride).enumerate().for_each_init(
+        || vec![0i32; stride],
+        |acc, (yy, dst)| {
+            acc.fill(BIAS);
+            let (ymin, k) = c.kernel(yy);
+            for (y, &w) in k.iter().enumerate() {
+                let row = &src[(ymin + y) * stride..(ymin + y + 1) * stride];
+                // Row-wise multiply-add: the compiler vectorizes this loop.
+                for (a, &p) in acc.iter_mut().zip(row) {
+                    *a = a.wrapping_add(i32::from(p).wrapping_mul(w));
+                }
+            }
+            for (d, &a) in dst.iter_mut().zip(acc.iter()) {
+                *d = clip8(a);
+            }
+        },
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coeffs_sum_to_one_in_fixed_point() {
+        for (i, o) in [(7, 3), (3, 7), (2048, 512), (1024, 2048), (1, 5), (5, 1)] {
+            let c = Coeffs::new(i, o);
+            for xx in 0..o {
+                let (min, k) = c.kernel(xx);
+                assert!(min + k.len() <= i);
+                let sum: i64 = k.iter().map(|&w| i64::from(w)).sum();
+                // Each weight rounds by at most half a unit.
+                assert!(
+                    (sum - (1 << PRECISION_BITS)).abs() <= k.len() as i64,
+                    "{i}->{o}: {sum}"
+                );
+            }
+        }
+    }
+}
