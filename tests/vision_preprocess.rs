@@ -34,8 +34,8 @@ fn pattern(w: u32, h: u32, seed: u32) -> RgbImage {
     for y in 0..h {
         for x in 0..w {
             for c in 0..3u32 {
-                let base = (u64::from(x + 2 * y) * 256 / u64::from(w + 2 * h) + 85 * u64::from(c))
-                    % 256;
+                let base =
+                    (u64::from(x + 2 * y) * 256 / u64::from(w + 2 * h) + 85 * u64::from(c)) % 256;
                 let mut hs = x
                     .wrapping_mul(374_761_393)
                     .wrapping_add(y.wrapping_mul(668_265_263))
@@ -92,7 +92,11 @@ fn case(name: &str) -> Value {
 
 fn check_case(name: &str) {
     let c = case(name);
-    let (w, h, seed) = (u32_of(&c["width"]), u32_of(&c["height"]), u32_of(&c["seed"]));
+    let (w, h, seed) = (
+        u32_of(&c["width"]),
+        u32_of(&c["height"]),
+        u32_of(&c["seed"]),
+    );
     let image = pattern(w, h, seed);
     assert_eq!(
         sha_hex(image.data()),
@@ -113,7 +117,11 @@ fn check_case(name: &str) {
     assert_eq!(tiles.tiles.len(), want_tiles.len(), "{name}: tile count");
     assert_eq!(
         tiles.len(),
-        if rows == 0 { 1 } else { (rows * cols + 1) as usize }
+        if rows == 0 {
+            1
+        } else {
+            (rows * cols + 1) as usize
+        }
     );
 
     // No resize at all when the image is already longest_edge wide and a
@@ -211,10 +219,17 @@ fn preprocess_idefics3_364_tiles_matches_transformers() {
 #[test]
 fn resize_lanczos_matches_pil() {
     for r in fixture()["resizes"].as_array().expect("resizes") {
-        let (sw, sh, seed) = (u32_of(&r["src"][0]), u32_of(&r["src"][1]), u32_of(&r["src"][2]));
+        let (sw, sh, seed) = (
+            u32_of(&r["src"][0]),
+            u32_of(&r["src"][1]),
+            u32_of(&r["src"][2]),
+        );
         let (dw, dh) = (u32_of(&r["dst"][0]), u32_of(&r["dst"][1]));
         let src = pattern(sw, sh, seed);
-        assert_eq!(sha_hex(src.data()), r["input_sha256"].as_str().expect("sha"));
+        assert_eq!(
+            sha_hex(src.data()),
+            r["input_sha256"].as_str().expect("sha")
+        );
         let out = resize_lanczos(&src, dw, dh).expect("resize");
         assert_eq!((out.width(), out.height()), (dw, dh));
         assert_eq!(
@@ -234,8 +249,16 @@ fn preprocess_normalizes_planar_chw_from_fresh_pixels() {
     let mut data = vec![0u8; 512 * 512 * 3];
     rng.fill(&mut data);
     let image = RgbImage::from_rgb8(512, 512, data.clone()).expect("image");
-    let mean = [rng.range(0.2, 0.6), rng.range(0.2, 0.6), rng.range(0.2, 0.6)];
-    let std = [rng.range(0.2, 0.6), rng.range(0.2, 0.6), rng.range(0.2, 0.6)];
+    let mean = [
+        rng.range(0.2, 0.6),
+        rng.range(0.2, 0.6),
+        rng.range(0.2, 0.6),
+    ];
+    let std = [
+        rng.range(0.2, 0.6),
+        rng.range(0.2, 0.6),
+        rng.range(0.2, 0.6),
+    ];
     let config = PreprocessConfig {
         tile_size: 512,
         longest_edge: 512,

@@ -31,6 +31,8 @@
 //!   `tile_size : 1`) is one tile here, as mtmd has it; transformers fails
 //!   there (PIL refuses a 0 size).
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
 
 use super::image::RgbImage;
@@ -228,10 +230,9 @@ pub fn preprocess(image: &RgbImage, config: &PreprocessConfig) -> Result<ImageTi
     config.validate()?;
     let tile = config.tile_size;
     let (w1, h1) = resized_size(image.width(), image.height(), config.longest_edge);
-    let resized = resize_lanczos(image, w1, h1)?;
+    let resized = resize_if_needed(Cow::Borrowed(image), w1, h1)?;
     let (w2, h2) = tiled_size(w1, h1, tile);
-    let refined = resize_lanczos(&resized, w2, h2)?;
-    drop(resized);
+    let refined = resize_if_needed(resized, w2, h2)?;
 
     let lut = normalize_table(config);
     if w2 <= tile && h2 <= tile {
@@ -280,27 +281,30 @@ fn normalize_table(config: &PreprocessConfig) -> [[f32; 256]; 3] {
     lut
 }
 
+/// The image at the given size, borrowed when it already has it (PIL
+/// returns a copy then; a copy of 9 MiB is worth skipping).
+fn resize_if_needed(
+    image: Cow<'_, RgbImage>,
+    width: u32,
+    height: u32,
+) -> Result<Cow<'_, RgbImage>> {
+    if (image.width(), image.height()) == (width, height) {
+        Ok(image)
+    } else {
+        Ok(Cow::Owned(resize_lanczos(&image, width, height)?))
+    }
+}
+
 /// The `side`² crop at (x0, y0) of `img`, normalized, planar CHW.
 fn tile_chw(img: &RgbImage, x0: u32, y0: u32, side: u32, lut: &[[f32; 256]; 3]) -> Vec<f32> {
     let side = side as usize;
-    let plane = side * side;
     let stride = img.width() as usize * 3;
-    let mut out = vec![0f32; 3 * plane];
-    let (r_plane, rest) = out.split_at_mut(plane);
-    let (g_plane, b_plane) = rest.split_at_mut(plane);
-    for y in 0..side {
-        let start = (y0 as usize + y) * stride + x0 as usize * 3;
-        let row = &img.data()[start..start + side * 3];
-        let span = y * side..(y + 1) * side;
-        let (r, g, b) = (
-            &mut r_plane[span.clone()],
-            &mut g_plane[span.clone()],
-            &mut b_plane[span],
-        );
-        for (x, p) in row.chunks_exact(3).enumerate() {
-            r[x] = lut[0][p[0] as usize];
-            g[x] = lut[1][p[1] as usize];
-            b[x] = lut[2][p[2] as usize];
+    let mut out = Vec::with_capacity(3 * side * side);
+    for (c, table) in lut.iter().enumerate() {
+        for y in 0..side {
+            let start = (y0 as usize + y) * stride + x0 as usize * 3;
+            let row = &img.data()[start..start + side * 3];
+            out.extend(row.chunks_exact(3).map(|p| table[p[c] as usize]));
         }
     }
     out

@@ -27,7 +27,12 @@
 //!   a copy (PIL returns `self.copy()`).
 //!
 //! Rows are independent within a pass, so both passes run in parallel over
-//! output rows (rayon), with one i32 accumulator row per worker.
+//! output rows (rayon). The vertical pass is a multiply-add of whole rows;
+//! the horizontal pass transposes blocks of 16 rows so that each tap is a
+//! multiply-add over 48 contiguous lanes too. Both are compiled for the
+//! SIMD level `pulp` detects (AVX2 on x86-64), where the compiler
+//! vectorizes them; the arithmetic is the same integer arithmetic at any
+//! level.
 
 use rayon::prelude::*;
 
@@ -164,30 +169,83 @@ fn clip8(acc: i32) -> u8 {
 
 const BIAS: i32 = 1 << (PRECISION_BITS - 1);
 
+/// Source rows transposed together by the horizontal pass, so that one
+/// tap is a multiply-add over `BLOCK_ROWS * 3` contiguous lanes (vectors)
+/// instead of three scalars.
+const BLOCK_ROWS: usize = 16;
+const LANES: usize = BLOCK_ROWS * CHANNELS;
+
 /// Resamples each row of `rows` (rows of `in_w` RGB pixels) to the output
 /// width of `c`.
 fn horizontal_pass(rows: &[u8], in_w: usize, c: &Coeffs) -> Vec<u8> {
     let out_w = c.bounds.len();
     let n_rows = rows.len() / (in_w * CHANNELS);
     let mut out = vec![0u8; n_rows * out_w * CHANNELS];
-    out.par_chunks_mut(out_w * CHANNELS)
-        .zip(rows.par_chunks(in_w * CHANNELS))
-        .for_each(|(dst, src)| {
-            for (xx, px) in dst.chunks_exact_mut(CHANNELS).enumerate() {
-                let (xmin, k) = c.kernel(xx);
-                let taps = &src[xmin * CHANNELS..(xmin + k.len()) * CHANNELS];
-                let (mut s0, mut s1, mut s2) = (BIAS, BIAS, BIAS);
-                for (p, &w) in taps.chunks_exact(CHANNELS).zip(k) {
-                    s0 = s0.wrapping_add(i32::from(p[0]).wrapping_mul(w));
-                    s1 = s1.wrapping_add(i32::from(p[1]).wrapping_mul(w));
-                    s2 = s2.wrapping_add(i32::from(p[2]).wrapping_mul(w));
-                }
-                px[0] = clip8(s0);
-                px[1] = clip8(s1);
-                px[2] = clip8(s2);
-            }
+    out.par_chunks_mut(BLOCK_ROWS * out_w * CHANNELS)
+        .zip(rows.par_chunks(BLOCK_ROWS * in_w * CHANNELS))
+        .for_each_init(Vec::new, |columns, (dst, src)| {
+            pulp::Arch::new().dispatch(HorizontalBlock {
+                src,
+                in_w,
+                c,
+                dst,
+                columns,
+            });
         });
     out
+}
+
+/// Up to [`BLOCK_ROWS`] rows of one horizontal pass.
+struct HorizontalBlock<'a> {
+    src: &'a [u8],
+    in_w: usize,
+    c: &'a Coeffs,
+    dst: &'a mut [u8],
+    /// Scratch: the block column-major, `[in_w][BLOCK_ROWS][3]`.
+    columns: &'a mut Vec<[u8; LANES]>,
+}
+
+impl pulp::WithSimd for HorizontalBlock<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let HorizontalBlock {
+            src,
+            in_w,
+            c,
+            dst,
+            columns,
+        } = self;
+        let row_in = in_w * CHANNELS;
+        let row_out = c.bounds.len() * CHANNELS;
+        let n = src.len() / row_in;
+        // Rows past `n` (the last block) keep stale values; their sums are
+        // never stored.
+        columns.resize(in_w, [0; LANES]);
+        for (r, row) in src.chunks_exact(row_in).enumerate() {
+            for (col, px) in columns.iter_mut().zip(row.chunks_exact(CHANNELS)) {
+                col[r * CHANNELS..(r + 1) * CHANNELS].copy_from_slice(px);
+            }
+        }
+        for xx in 0..c.bounds.len() {
+            let (xmin, k) = c.kernel(xx);
+            let mut acc = [BIAS; LANES];
+            for (col, &w) in columns[xmin..xmin + k.len()].iter().zip(k) {
+                for (a, &p) in acc.iter_mut().zip(col) {
+                    *a = a.wrapping_add(i32::from(p).wrapping_mul(w));
+                }
+            }
+            let mut px = [0u8; LANES];
+            for (p, &a) in px.iter_mut().zip(&acc) {
+                *p = clip8(a);
+            }
+            for (r, v) in px.chunks_exact(CHANNELS).take(n).enumerate() {
+                let at = r * row_out + xx * CHANNELS;
+                dst[at..at + CHANNELS].copy_from_slice(v);
+            }
+        }
+    }
 }
 
 /// Resamples the columns of `src` (rows of `width` RGB pixels) to the
@@ -199,21 +257,62 @@ fn vertical_pass(src: &[u8], width: usize, c: &Coeffs) -> Vec<u8> {
     out.par_chunks_mut(stride).enumerate().for_each_init(
         || vec![0i32; stride],
         |acc, (yy, dst)| {
-            acc.fill(BIAS);
             let (ymin, k) = c.kernel(yy);
-            for (y, &w) in k.iter().enumerate() {
-                let row = &src[(ymin + y) * stride..(ymin + y + 1) * stride];
-                // Row-wise multiply-add: the compiler vectorizes this loop.
-                for (a, &p) in acc.iter_mut().zip(row) {
-                    *a = a.wrapping_add(i32::from(p).wrapping_mul(w));
-                }
-            }
-            for (d, &a) in dst.iter_mut().zip(acc.iter()) {
-                *d = clip8(a);
-            }
+            pulp::Arch::new().dispatch(VerticalRow {
+                src: &src[ymin * stride..(ymin + k.len()) * stride],
+                k,
+                acc,
+                dst,
+            });
         },
     );
     out
+}
+
+/// One output row of a vertical pass: row-wise multiply-adds of the
+/// source rows it reads.
+struct VerticalRow<'a> {
+    src: &'a [u8],
+    k: &'a [i32],
+    acc: &'a mut [i32],
+    dst: &'a mut [u8],
+}
+
+impl pulp::WithSimd for VerticalRow<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let VerticalRow { src, k, acc, dst } = self;
+        let stride = dst.len();
+        // Column chunks of CHUNK lanes, all taps each, so the sums stay in
+        // registers instead of a row of memory read and written per tap.
+        const CHUNK: usize = 32;
+        let whole = stride - stride % CHUNK;
+        for j in (0..whole).step_by(CHUNK) {
+            let mut sums = [BIAS; CHUNK];
+            for (t, &w) in k.iter().enumerate() {
+                let row = &src[t * stride + j..t * stride + j + CHUNK];
+                for (a, &p) in sums.iter_mut().zip(row) {
+                    *a = a.wrapping_add(i32::from(p).wrapping_mul(w));
+                }
+            }
+            for (d, &a) in dst[j..j + CHUNK].iter_mut().zip(&sums) {
+                *d = clip8(a);
+            }
+        }
+        let tail = &mut acc[..stride - whole];
+        tail.fill(BIAS);
+        for (t, &w) in k.iter().enumerate() {
+            let row = &src[t * stride + whole..(t + 1) * stride];
+            for (a, &p) in tail.iter_mut().zip(row) {
+                *a = a.wrapping_add(i32::from(p).wrapping_mul(w));
+            }
+        }
+        for (d, &a) in dst[whole..].iter_mut().zip(tail.iter()) {
+            *d = clip8(a);
+        }
+    }
 }
 
 #[cfg(test)]
