@@ -64,6 +64,11 @@ pub fn decode_image(bytes: &[u8]) -> Result<RgbImage> {
             ));
         }
     };
+    if format == "JPEG" {
+        // The JPEG decoder fills a truncated scan with grey rather than
+        // failing (PIL raises "image file is truncated"): refuse it here.
+        check_jpeg_complete(bytes).map_err(|reason| format_error("JPEG", reason))?;
+    }
     let mut reader = ImageReader::new(Cursor::new(bytes));
     reader.set_format(if format == "PNG" {
         ImageFormat::Png
@@ -118,6 +123,65 @@ fn expand<T: Copy>(src: &[T], channels: usize, pixel: impl Fn(&[T]) -> [u8; 3]) 
         out.extend_from_slice(&pixel(p));
     }
     out
+}
+
+/// Walks a JPEG's marker segments from SOI to EOI (skipping each
+/// segment by its length, and each scan's entropy-coded data up to the
+/// next marker), so that a file cut short anywhere, or whose segment
+/// lengths run past its end, is refused. Bytes after EOI are ignored, as
+/// decoders ignore them.
+fn check_jpeg_complete(bytes: &[u8]) -> std::result::Result<(), String> {
+    let truncated = |at: usize| format!("truncated at byte {at} (no end-of-image marker)");
+    let mut pos = 2; // after SOI, which the signature check saw
+    loop {
+        if pos >= bytes.len() {
+            return Err(truncated(pos));
+        }
+        if bytes[pos] != 0xFF {
+            return Err(format!(
+                "expected a marker at byte {pos}, found {:#04x}",
+                bytes[pos]
+            ));
+        }
+        while pos < bytes.len() && bytes[pos] == 0xFF {
+            pos += 1; // fill bytes
+        }
+        let Some(&marker) = bytes.get(pos) else {
+            return Err(truncated(pos));
+        };
+        pos += 1;
+        match marker {
+            0xD9 => return Ok(()),
+            0x01 | 0xD0..=0xD7 => continue,
+            _ => {}
+        }
+        let Some(len) = bytes.get(pos..pos + 2) else {
+            return Err(truncated(pos));
+        };
+        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+        if len < 2 {
+            return Err(format!("segment length {len} at byte {pos}"));
+        }
+        pos += len;
+        if pos > bytes.len() {
+            return Err(truncated(bytes.len()));
+        }
+        if marker == 0xDA {
+            // Entropy-coded data: 0xFF is stuffed as FF 00, and restart
+            // markers sit inside it; any other marker ends the scan.
+            loop {
+                let Some(off) = bytes[pos..].iter().position(|&b| b == 0xFF) else {
+                    return Err(truncated(bytes.len()));
+                };
+                pos += off;
+                match bytes.get(pos + 1) {
+                    None => return Err(truncated(bytes.len())),
+                    Some(0x00 | 0xD0..=0xD7 | 0xFF) => pos += 1,
+                    Some(_) => break,
+                }
+            }
+        }
+    }
 }
 
 fn format_error(format: &'static str, reason: impl Into<String>) -> ModelError {
