@@ -299,6 +299,10 @@ fn preprocess_rejects_bad_config() {
             ..base.clone()
         },
         PreprocessConfig {
+            tile_size: 1,
+            ..base.clone()
+        },
+        PreprocessConfig {
             std: [0.5, 0.0, 0.5],
             ..base.clone()
         },

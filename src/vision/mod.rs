@@ -15,7 +15,8 @@ pub mod tensor;
 pub use decode::{decode_image, load_image};
 pub use image::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, RgbImage};
 pub use preprocess::{
-    ImageTiles, MAX_RESIZED_SIDE, PreprocessConfig, preprocess, resized_size, tile_grid, tiled_size,
+    ImageTiles, MAX_RESIZED_SIDE, MAX_TILES_PER_SIDE, PreprocessConfig, preprocess, resized_size,
+    tile_grid, tiled_size,
 };
 pub use prompt::{
     FAKE_TOKEN_AROUND_IMAGE, GLOBAL_IMAGE_TOKEN, IMAGE_TOKEN, image_prompt_expansion,

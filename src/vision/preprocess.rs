@@ -43,6 +43,11 @@ use crate::error::{ModelError, Result};
 /// transformers' `MAX_IMAGE_SIZE`: no side is resized past this in step 1.
 pub const MAX_RESIZED_SIDE: u32 = 4096;
 
+/// Most tiles along the longest edge a configuration may ask for
+/// (SmolVLM and Idefics3 use 4): bounds the tile count, and so the memory,
+/// that a projector file's values can make one image take.
+pub const MAX_TILES_PER_SIDE: u32 = 64;
+
 /// What the preprocessing needs from the projector: for SmolVLM these come
 /// from the projector GGUF's `clip.vision.image_size` (`tile_size`),
 /// `clip.vision.preproc_image_size` (`longest_edge`),
@@ -76,7 +81,8 @@ impl PreprocessConfig {
     ///
     /// # Errors
     /// [`ModelError::InvalidArgument`] for a zero size, a tile or longest
-    /// edge past [`MAX_RESIZED_SIDE`], or a mean or std that is not finite
+    /// edge past [`MAX_RESIZED_SIDE`], more than [`MAX_TILES_PER_SIDE`]
+    /// tiles along the longest edge, or a mean or std that is not finite
     /// (or a std of 0).
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
@@ -89,6 +95,16 @@ impl PreprocessConfig {
                     format!("{v} is outside 1..={MAX_RESIZED_SIDE}"),
                 ));
             }
+        }
+        let per_side = self.longest_edge.div_ceil(self.tile_size);
+        if per_side > MAX_TILES_PER_SIDE {
+            return Err(ModelError::invalid(
+                "tile_size",
+                format!(
+                    "{} px tiles cut a {} px edge into {per_side} (at most {MAX_TILES_PER_SIDE})",
+                    self.tile_size, self.longest_edge
+                ),
+            ));
         }
         if self.mean.iter().any(|m| !m.is_finite()) {
             return Err(ModelError::invalid(
