@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Writes tests/fixtures/vision/idefics3_preprocess.json: transformers'
-Idefics3 image processor (PIL backend, do_image_splitting=True) and PIL's
-LANCZOS resize on synthetic images, for tests/vision_preprocess.rs.
+"""Writes tests/fixtures/vision/idefics3_preprocess_pillow<MAJOR>.json:
+transformers' Idefics3 image processor (PIL backend,
+do_image_splitting=True) and PIL's LANCZOS resize on synthetic images, for
+tests/vision_preprocess.rs. Run it once with Pillow 11.3 (the SmolVLM
+references' pin, whose pass order mtmd shares) and once with Pillow 13
+(which runs the vertical pass first on tall downscales).
 
 The input images are not stored: both sides generate them from
 (width, height, seed) with the integer formula in `pattern` (a wrapping
@@ -16,9 +19,11 @@ the tile's uint8 pixels (planar CHW, recovered from the normalized floats
 and checked to normalize back bit for bit), the f64 sum of its normalized
 floats, and values at seeded positions.
 
-Run with a venv holding numpy, pillow and transformers (no torch needed):
+Run with venvs holding numpy, pillow and transformers (no torch needed):
+    ~/.cache/combs/vlm-refs/venv/bin/python scripts/make-vision-fixtures.py
+        (scripts/setup-vlm-refs.sh: transformers 5.17, Pillow 11.3)
     python3 -m venv ~/.cache/combs/vlm-pre/venv
-    ~/.cache/combs/vlm-pre/venv/bin/pip install numpy pillow transformers
+    ~/.cache/combs/vlm-pre/venv/bin/pip install numpy pillow==13.0.0 transformers
     ~/.cache/combs/vlm-pre/venv/bin/python scripts/make-vision-fixtures.py
 """
 
@@ -35,7 +40,13 @@ from PIL import Image
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 from transformers.models.idefics3.processing_idefics3 import Idefics3Processor
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vision" / "idefics3_preprocess.json"
+OUT = (
+    Path(__file__).resolve().parent.parent
+    / "tests"
+    / "fixtures"
+    / "vision"
+    / f"idefics3_preprocess_pillow{PIL.__version__.split('.')[0]}.json"
+)
 SAMPLES_PER_TILE = 48
 IMAGE_SEQ_LEN = 64
 MASK = 0xFFFFFFFF

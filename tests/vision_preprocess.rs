@@ -1,8 +1,10 @@
-//! Idefics3 preprocessing against transformers: the fixture
-//! `tests/fixtures/vision/idefics3_preprocess.json` (scripts/make-vision-fixtures.py)
-//! holds what transformers' `Idefics3ImageProcessorPil` (image splitting
-//! on) and PIL's LANCZOS resize make of synthetic images that both sides
-//! generate from (width, height, seed). Every tile is compared bit for bit
+//! Idefics3 preprocessing against transformers: the fixtures
+//! `tests/fixtures/vision/idefics3_preprocess_pillow{11,13}.json`
+//! (scripts/make-vision-fixtures.py) hold what transformers'
+//! `Idefics3ImageProcessorPil` (image splitting on) and PIL's LANCZOS resize
+//! make of synthetic images that both sides generate from (width, height,
+//! seed), on Pillow 11.3 (the default pass order, mtmd's) and Pillow 13
+//! ([`PassOrder::Pillow13`]). Every tile is compared bit for bit
 //! through the SHA-256 of its uint8 pixels; the normalized floats at the
 //! fixture's sampled positions are compared exactly where no resize
 //! happened and within the 0.02 elsewhere; the prompt text against
@@ -13,15 +15,25 @@ mod common;
 use std::path::PathBuf;
 
 use combs::vision::{
-    PreprocessConfig, RgbImage, image_prompt_expansion, pixels_to_tensor, preprocess,
-    resize_lanczos, tile_grid,
+    PassOrder, PreprocessConfig, RgbImage, image_prompt_expansion, pixels_to_tensor, preprocess,
+    preprocess_ordered, resize_lanczos_ordered, tile_grid,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-fn fixture() -> Value {
+/// The fixtures and the pass order of the Pillow that made each.
+const FIXTURES: [(&str, PassOrder); 2] = [
+    (
+        "idefics3_preprocess_pillow11.json",
+        PassOrder::HorizontalFirst,
+    ),
+    ("idefics3_preprocess_pillow13.json", PassOrder::Pillow13),
+];
+
+fn fixture(file: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/vision/idefics3_preprocess.json");
+        .join("tests/fixtures/vision")
+        .join(file);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (scripts/make-vision-fixtures.py)", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -80,8 +92,8 @@ fn tile_bytes(tile: &[f32], mean: [f32; 3], std: [f32; 3]) -> Vec<u8> {
         .collect()
 }
 
-fn case(name: &str) -> Value {
-    fixture()["cases"]
+fn case(file: &str, name: &str) -> Value {
+    fixture(file)["cases"]
         .as_array()
         .expect("cases")
         .iter()
@@ -91,7 +103,13 @@ fn case(name: &str) -> Value {
 }
 
 fn check_case(name: &str) {
-    let c = case(name);
+    for (file, order) in FIXTURES {
+        check_case_in(file, order, name);
+    }
+}
+
+fn check_case_in(file: &str, order: PassOrder, name: &str) {
+    let c = case(file, name);
     let (w, h, seed) = (
         u32_of(&c["width"]),
         u32_of(&c["height"]),
@@ -109,7 +127,11 @@ fn check_case(name: &str) {
         mean: f32s(&c["mean"]),
         std: f32s(&c["std"]),
     };
-    let tiles = preprocess(&image, &config).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let tiles =
+        preprocess_ordered(&image, &config, order).unwrap_or_else(|e| panic!("{name}: {e}"));
+    if order == PassOrder::HorizontalFirst {
+        assert_eq!(preprocess(&image, &config).expect("preprocess"), tiles);
+    }
     let (rows, cols) = (u32_of(&c["rows"]), u32_of(&c["cols"]));
     assert_eq!((tiles.rows, tiles.cols), (rows, cols), "{name}: tile grid");
     assert_eq!(tile_grid(w, h, &config), (rows, cols), "{name}: tile_grid");
@@ -152,7 +174,7 @@ fn check_case(name: &str) {
         assert_eq!(
             sha_hex(&tile_bytes(got, config.mean, config.std)),
             want["sha256_u8"].as_str().expect("sha256_u8"),
-            "{name}: tile {i} of {} ({}) pixels differ from transformers'",
+            "{name} ({file}): tile {i} of {} ({}) pixels differ from transformers'",
             tiles.len(),
             if is_global { "global view" } else { "grid" }
         );
@@ -218,25 +240,27 @@ fn preprocess_idefics3_364_tiles_matches_transformers() {
 
 #[test]
 fn resize_lanczos_matches_pil() {
-    for r in fixture()["resizes"].as_array().expect("resizes") {
-        let (sw, sh, seed) = (
-            u32_of(&r["src"][0]),
-            u32_of(&r["src"][1]),
-            u32_of(&r["src"][2]),
-        );
-        let (dw, dh) = (u32_of(&r["dst"][0]), u32_of(&r["dst"][1]));
-        let src = pattern(sw, sh, seed);
-        assert_eq!(
-            sha_hex(src.data()),
-            r["input_sha256"].as_str().expect("sha")
-        );
-        let out = resize_lanczos(&src, dw, dh).expect("resize");
-        assert_eq!((out.width(), out.height()), (dw, dh));
-        assert_eq!(
-            sha_hex(out.data()),
-            r["sha256"].as_str().expect("sha256"),
-            "{sw}x{sh} -> {dw}x{dh} differs from PIL"
-        );
+    for (file, order) in FIXTURES {
+        for r in fixture(file)["resizes"].as_array().expect("resizes") {
+            let (sw, sh, seed) = (
+                u32_of(&r["src"][0]),
+                u32_of(&r["src"][1]),
+                u32_of(&r["src"][2]),
+            );
+            let (dw, dh) = (u32_of(&r["dst"][0]), u32_of(&r["dst"][1]));
+            let src = pattern(sw, sh, seed);
+            assert_eq!(
+                sha_hex(src.data()),
+                r["input_sha256"].as_str().expect("sha")
+            );
+            let out = resize_lanczos_ordered(&src, dw, dh, order).expect("resize");
+            assert_eq!((out.width(), out.height()), (dw, dh));
+            assert_eq!(
+                sha_hex(out.data()),
+                r["sha256"].as_str().expect("sha256"),
+                "{sw}x{sh} -> {dw}x{dh} differs from PIL ({file})"
+            );
+        }
     }
 }
 

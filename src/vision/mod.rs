@@ -15,11 +15,11 @@ pub mod tensor;
 pub use decode::{decode_image, load_image};
 pub use image::{MAX_IMAGE_PIXELS, MAX_IMAGE_SIDE, RgbImage};
 pub use preprocess::{
-    ImageTiles, MAX_RESIZED_SIDE, MAX_TILES_PER_SIDE, PreprocessConfig, preprocess, resized_size,
-    tile_grid, tiled_size,
+    ImageTiles, MAX_RESIZED_SIDE, MAX_TILES_PER_SIDE, PreprocessConfig, preprocess,
+    preprocess_ordered, resized_size, tile_grid, tiled_size,
 };
 pub use prompt::{
     FAKE_TOKEN_AROUND_IMAGE, GLOBAL_IMAGE_TOKEN, IMAGE_TOKEN, image_prompt_expansion,
 };
-pub use resize::resize_lanczos;
+pub use resize::{PassOrder, resize_lanczos, resize_lanczos_ordered};
 pub use tensor::{PixelTensor, pixels_to_tensor};

@@ -14,7 +14,8 @@
 //!    planar CHW.
 //!
 //! Every resize is PIL's LANCZOS on uint8 ([`super::resize`]), so the
-//! tiles equal transformers' bit for bit.
+//! tiles equal transformers' bit for bit (on Pillow 11.3, whose pass order
+//! mtmd shares; [`preprocess_ordered`] takes Pillow 13's).
 //!
 //! Where transformers and mtmd differ, transformers is followed (it is the
 //! model's own preprocessing; the tests compare against it):
@@ -36,7 +37,7 @@ use std::borrow::Cow;
 use rayon::prelude::*;
 
 use super::image::RgbImage;
-use super::resize::resize_lanczos;
+use super::resize::{PassOrder, resize_lanczos_ordered};
 use super::tensor::PixelTensor;
 use crate::error::{ModelError, Result};
 
@@ -243,12 +244,25 @@ pub fn tile_grid(width: u32, height: u32, config: &PreprocessConfig) -> (u32, u3
 /// # Errors
 /// What [`PreprocessConfig::validate`] refuses.
 pub fn preprocess(image: &RgbImage, config: &PreprocessConfig) -> Result<ImageTiles> {
+    preprocess_ordered(image, config, PassOrder::HorizontalFirst)
+}
+
+/// [`preprocess`] with the resize pass order of a given Pillow (for
+/// comparisons with transformers running on Pillow 13).
+///
+/// # Errors
+/// What [`PreprocessConfig::validate`] refuses.
+pub fn preprocess_ordered(
+    image: &RgbImage,
+    config: &PreprocessConfig,
+    order: PassOrder,
+) -> Result<ImageTiles> {
     config.validate()?;
     let tile = config.tile_size;
     let (w1, h1) = resized_size(image.width(), image.height(), config.longest_edge);
-    let resized = resize_if_needed(Cow::Borrowed(image), w1, h1)?;
+    let resized = resize_if_needed(Cow::Borrowed(image), w1, h1, order)?;
     let (w2, h2) = tiled_size(w1, h1, tile);
-    let refined = resize_if_needed(resized, w2, h2)?;
+    let refined = resize_if_needed(resized, w2, h2, order)?;
 
     let lut = normalize_table(config);
     if w2 <= tile && h2 <= tile {
@@ -261,7 +275,7 @@ pub fn preprocess(image: &RgbImage, config: &PreprocessConfig) -> Result<ImageTi
         });
     }
     let (rows, cols) = (h2 / tile, w2 / tile);
-    let global_img = resize_lanczos(&refined, tile, tile)?;
+    let global_img = resize_lanczos_ordered(&refined, tile, tile, order)?;
     let n = (rows * cols) as usize;
     let tiles: Vec<Vec<f32>> = (0..=n)
         .into_par_iter()
@@ -303,11 +317,14 @@ fn resize_if_needed(
     image: Cow<'_, RgbImage>,
     width: u32,
     height: u32,
+    order: PassOrder,
 ) -> Result<Cow<'_, RgbImage>> {
     if (image.width(), image.height()) == (width, height) {
         Ok(image)
     } else {
-        Ok(Cow::Owned(resize_lanczos(&image, width, height)?))
+        Ok(Cow::Owned(resize_lanczos_ordered(
+            &image, width, height, order,
+        )?))
     }
 }
 

@@ -17,10 +17,11 @@
 //! - each output pixel's weights are normalized to sum 1 in f64, then
 //!   rounded to fixed point with 22 fraction bits (away from zero at .5);
 //! - the horizontal pass runs first (over only the source rows the vertical
-//!   pass reads), then the vertical one, except when the height shrinks by
-//!   more than twice what the width does: then vertical first (a rule of
-//!   recent Pillow, checked against 13.0; Pillow 11.0 and mtmd's copy
-//!   always go horizontal first, so they differ there by a step or two);
+//!   pass reads), then the vertical one. Pillow 13 runs the vertical pass
+//!   first when the height shrinks by more than twice what the width does
+//!   ([`PassOrder::Pillow13`]), which moves some pixels of such downscales
+//!   by up to 3 levels; Pillow 11.3 and mtmd's port always go horizontal
+//!   first, the default here, since the SmolVLM references pin Pillow 11.3;
 //! - each pass accumulates in i32 from a rounding bias of `2^21` and clamps
 //!   to u8, so the intermediate image is uint8 as PIL's is;
 //! - a pass whose size does not change is skipped, and an unchanged size is
@@ -44,12 +45,40 @@ const PRECISION_BITS: u32 = 32 - 8 - 2;
 const LANCZOS_SUPPORT: f64 = 3.0;
 const CHANNELS: usize = 3;
 
-/// Resizes an RGB8 image with PIL's LANCZOS filter.
+/// The order of the two passes, which decides the rounding of the uint8
+/// image between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PassOrder {
+    /// Always horizontal first: Pillow up to 11.3 at least, and mtmd's
+    /// port (the references the SmolVLM fixtures pin).
+    #[default]
+    HorizontalFirst,
+    /// Pillow 13's rule: vertical first when the height shrinks by more
+    /// than twice what the width does.
+    Pillow13,
+}
+
+/// Resizes an RGB8 image with PIL's LANCZOS filter, horizontal pass first
+/// (Pillow 11.3, mtmd).
 ///
 /// # Errors
 /// [`crate::ModelError::InvalidArgument`] for a target size that is empty
 /// or past the image bounds.
 pub fn resize_lanczos(src: &RgbImage, width: u32, height: u32) -> Result<RgbImage> {
+    resize_lanczos_ordered(src, width, height, PassOrder::HorizontalFirst)
+}
+
+/// [`resize_lanczos`] with the pass order of a given Pillow.
+///
+/// # Errors
+/// [`crate::ModelError::InvalidArgument`] for a target size that is empty
+/// or past the image bounds.
+pub fn resize_lanczos_ordered(
+    src: &RgbImage,
+    width: u32,
+    height: u32,
+    order: PassOrder,
+) -> Result<RgbImage> {
     super::image::check_size(width, height)?;
     let (in_w, in_h) = (src.width() as usize, src.height() as usize);
     let (out_w, out_h) = (width as usize, height as usize);
@@ -67,11 +96,11 @@ pub fn resize_lanczos(src: &RgbImage, width: u32, height: u32) -> Result<RgbImag
         let data = horizontal_pass(src.data(), in_w, &horiz);
         return Ok(RgbImage::from_parts(width, height, data));
     }
-    // Pillow's order: vertical first when the height shrinks by more than
-    // twice what the width does, else horizontal first.
+    // Pillow 13: vertical first when the height shrinks by more than twice
+    // what the width does; horizontal first otherwise and in older Pillow.
     let shrink_h = in_h as i64 - out_h as i64;
     let shrink_w = in_w as i64 - out_w as i64;
-    if shrink_h > 0 && shrink_h > shrink_w * 2 {
+    if order == PassOrder::Pillow13 && shrink_h > 0 && shrink_h > shrink_w * 2 {
         let tmp = vertical_pass(src.data(), in_w, &vert);
         let data = horizontal_pass(&tmp, in_w, &horiz);
         return Ok(RgbImage::from_parts(width, height, data));
