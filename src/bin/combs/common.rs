@@ -89,26 +89,26 @@ impl ModelArgs {
         Ok(p)
     }
 
+    /// How the model (and a projector beside it) is loaded.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            show_progress: true,
+            numerics: self.numerics,
+            fusion: if self.no_fusion {
+                Fusion::Off
+            } else {
+                Fusion::On
+            },
+            plan_as: None,
+            backend: self.kernels.backend(),
+        }
+    }
+
     /// Opens the device and loads the model (with a progress bar on a terminal).
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
         let ctx = GpuContext::new(self.device)?;
-        let model = Model::load(
-            &ctx,
-            &path,
-            &LoadOptions {
-                show_progress: true,
-                numerics: self.numerics,
-                fusion: if self.no_fusion {
-                    Fusion::Off
-                } else {
-                    Fusion::On
-                },
-                plan_as: None,
-                backend: self.kernels.backend(),
-            },
-        )
-        .map_err(|e| match e {
+        let model = Model::load(&ctx, &path, &self.load_options()).map_err(|e| match e {
             ModelError::Io { .. } => CliError::Model(e),
             source => CliError::File {
                 path: path.clone(),

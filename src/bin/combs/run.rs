@@ -2,12 +2,15 @@
 //! then report prefill and decode speed on stderr.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
+use combs::error::ModelError;
 use combs::kv::CacheKind;
+use combs::runtime::{EncodedImage, Model, VisionModel};
 use combs::runtime::{Sampler, SamplerOptions, SessionOptions, generate};
-use combs::tokenizer::ChatMessage;
+use combs::tokenizer::{ChatMessage, IMAGE_MARKER};
 
 use super::common::ModelArgs;
 use crate::CliError;
@@ -62,18 +65,48 @@ pub struct RunArgs {
     /// KV cache implementation.
     #[arg(long = "kv", value_enum, default_value_t = KvArg::Contiguous)]
     kv: KvArg,
+    /// Vision projector (llama.cpp's `mmproj-*.gguf` of a SmolVLM model).
+    #[arg(long = "mmproj", value_name = "FILE")]
+    mmproj: Option<PathBuf>,
+    /// An image (PNG or JPEG) for the prompt; repeat for several. Each
+    /// `<image>` in the prompt stands for the next one; without any, the
+    /// images go before the prompt text.
+    #[arg(long = "image", value_name = "FILE")]
+    images: Vec<PathBuf>,
 }
 
 /// Runs `combs run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if !args.images.is_empty() && args.mmproj.is_none() {
+        return Err(CliError::Model(ModelError::invalid(
+            "--image",
+            "an image needs a vision projector: pass --mmproj FILE",
+        )));
+    }
     let (_ctx, model) = args.model.load()?;
-    let tok = model.tokenizer();
-    let text = if args.chat {
-        tok.apply_chat_template(&[ChatMessage::new("user", &args.prompt)], true)?
-    } else {
-        args.prompt.clone()
+    let vision = args
+        .mmproj
+        .as_ref()
+        .map(|path| load_vision(&model, path, &args.model.load_options()))
+        .transpose()?;
+    let images = match &vision {
+        Some(v) => encode_images(v, &args.images)?,
+        None => Vec::new(),
     };
-    let prompt = tok.encode(&text, true, args.chat)?;
+    let tok = model.tokenizer();
+    let mut user = args.prompt.clone();
+    if !images.is_empty() && !user.contains(IMAGE_MARKER) {
+        user = IMAGE_MARKER.repeat(images.len()) + &user;
+    }
+    let text = if args.chat {
+        tok.apply_chat_template(&[ChatMessage::new("user", &user)], true)?
+    } else {
+        user
+    };
+    let prompt = match &vision {
+        Some(v) => v.tokenize(&text, &images, true)?,
+        None => tok.encode(&text, true, args.chat)?,
+    };
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -110,7 +143,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         out.flush()?;
     }
     let t0 = Instant::now();
-    session.prefill(&prompt)?;
+    match &vision {
+        Some(v) => v.prefill(&mut session, &prompt, &images)?,
+        None => session.prefill(&prompt)?,
+    }
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut io_err = None;
     let stats = generate(
@@ -142,4 +178,55 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         stats.stop
     );
     Ok(())
+}
+
+/// Loads the projector at `path` beside `model`.
+fn load_vision(
+    model: &Model,
+    path: &PathBuf,
+    opts: &combs::models::LoadOptions,
+) -> Result<VisionModel, CliError> {
+    model.load_vision(path, opts).map_err(|e| match e {
+        ModelError::Io { .. } => CliError::Model(e),
+        source => CliError::File {
+            path: path.clone(),
+            source,
+        },
+    })
+}
+
+/// Decodes and encodes each image, printing its tiles and times.
+fn encode_images(vision: &VisionModel, paths: &[PathBuf]) -> Result<Vec<EncodedImage>, CliError> {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    paths
+        .iter()
+        .map(|path| {
+            let t = Instant::now();
+            let file_err = |source: ModelError| match source {
+                ModelError::Io { .. } => CliError::Model(source),
+                source => CliError::File {
+                    path: path.clone(),
+                    source,
+                },
+            };
+            let rgb = combs::vision::load_image(path).map_err(file_err)?;
+            let decode = t.elapsed();
+            let image = vision.encode(&rgb).map_err(file_err)?;
+            let grid = if image.rows == 0 {
+                "global view only".to_string()
+            } else {
+                format!("{}x{} + global", image.rows, image.cols)
+            };
+            eprintln!(
+                "image: {} tiles ({grid}), decode {:.1} ms, preprocess {:.1} ms, encode {:.1} ms ({:.2} ms/tile), {} embeddings",
+                image.n_tiles(),
+                ms(decode),
+                ms(image.preprocess_time),
+                ms(image.encode_time),
+                ms(image.encode_time) / image.n_tiles().max(1) as f64,
+                image.n_embeddings()
+            );
+            Ok(image)
+        })
+        .collect()
 }
