@@ -2,7 +2,7 @@
 //! then report prefill and decode speed on stderr.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
@@ -183,13 +183,13 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
 /// Loads the projector at `path` beside `model`.
 fn load_vision(
     model: &Model,
-    path: &PathBuf,
+    path: &Path,
     opts: &combs::models::LoadOptions,
 ) -> Result<VisionModel, CliError> {
     model.load_vision(path, opts).map_err(|e| match e {
         ModelError::Io { .. } => CliError::Model(e),
         source => CliError::File {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
         },
     })
