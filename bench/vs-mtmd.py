@@ -28,8 +28,9 @@ N timed passes, each as llama-mtmd-cli does it:
 combs runs `combs run -m TEXT --mmproj MMPROJ --image IMG -p "<image>PROMPT"
 --chat -n N --temp 0` N times after one warm-up run and parses the two lines
 it prints on stderr:
-    image: 13 tiles (3x4 + global), preprocess 12.3 ms, encode 45.6 ms (3.51 ms/tile)
-    prompt 876 tokens in 20.1 ms (43582.1 tok/s); generated 128 tokens in 250.0 ms (512.0 tok/s)
+    image: 13 tiles (3x4 + global), decode 4.1 ms, preprocess 12.3 ms, encode 45.6 ms (3.51 ms/tile), ...
+    seed ...; prompt 876 tokens in 20.1 ms (43582.1 tok/s); generated 128 tokens in 250.0 ms (512.0 tok/s); ...
+(its preprocess row is decode + preprocess, as mtmd's includes stb_image's decode).
 mtmd gets the same turn as SmolVLM's chat template writes it for an
 [image, text] user message (transformers' form, no space after "User:"):
     <|im_start|>User:<__media__>PROMPT<end_of_utterance>\\nAssistant:
@@ -66,8 +67,8 @@ import sys
 import time
 
 IMAGE_LINE = re.compile(
-    r"image: (\d+) tiles \((\d+)x(\d+)(?: \+ global)?\), preprocess ([\d.]+) ms, encode ([\d.]+) ms "
-    r"\(([\d.]+) ms/tile\)")
+    r"image: (\d+) tiles \((\d+)x(\d+)(?: \+ global)?\), decode ([\d.]+) ms, preprocess ([\d.]+) ms, "
+    r"encode ([\d.]+) ms \(([\d.]+) ms/tile\)")
 GEN_LINE = re.compile(
     r"prompt (\d+) tokens in ([\d.]+) ms \(([\d.]+) tok/s\); generated (\d+) tokens in ([\d.]+) ms "
     r"\(([\d.]+) tok/s\)")
@@ -79,8 +80,8 @@ def parse_combs(log: str) -> dict | None:
         return None
     return {
         "tiles": int(im.group(1)), "grid": f"{im.group(2)}x{im.group(3)}",
-        "preprocess_ms": float(im.group(4)), "encode_ms": float(im.group(5)),
-        "encode_tile_ms": float(im.group(6)),
+        "preprocess_ms": float(im.group(4)) + float(im.group(5)), "encode_ms": float(im.group(6)),
+        "encode_tile_ms": float(im.group(7)),
         "prompt_tokens": int(gen.group(1)), "prefill_ms": float(gen.group(2)),
         "gen_tokens": int(gen.group(4)), "gen_ms": float(gen.group(5)),
     }
@@ -226,13 +227,15 @@ def table(o: dict | None, t: dict | None) -> str:
     return head + "\n" + "\n".join(rows)
 
 
-PARSE_EXAMPLE = ("image: 13 tiles (3x4 + global), preprocess 12.3 ms, encode 45.6 ms (3.51 ms/tile)\n"
-                 "prompt 876 tokens in 20.1 ms (43582.1 tok/s); generated 128 tokens in 250.0 ms (512.0 tok/s)\n")
+PARSE_EXAMPLE = ("image: 13 tiles (3x4 + global), decode 4.1 ms, preprocess 8.2 ms, encode 45.6 ms (3.51 ms/tile), "
+                 "832 embeddings\n"
+                 "seed 1; prompt 876 tokens in 20.1 ms (43582.1 tok/s); generated 128 tokens in 250.0 ms "
+                 "(512.0 tok/s); stop: MaxTokens\n")
 
 
 def parse_test() -> int:
     r = parse_combs("some output\n" + PARSE_EXAMPLE)
-    want = {"tiles": 13, "grid": "3x4", "preprocess_ms": 12.3, "encode_ms": 45.6, "encode_tile_ms": 3.51,
+    want = {"tiles": 13, "grid": "3x4", "preprocess_ms": 4.1 + 8.2, "encode_ms": 45.6, "encode_tile_ms": 3.51,
             "prompt_tokens": 876, "prefill_ms": 20.1, "gen_tokens": 128, "gen_ms": 250.0}
     assert r == want, r
     assert parse_combs(PARSE_EXAMPLE.splitlines()[0]) is None

@@ -228,7 +228,7 @@ fn cli_describes_an_image_as_transformers() {
         );
         assert!(stderr.contains("image: 9 tiles (4x2 + global)"), "{stderr}");
         let n = g["n_prompt_tokens"].as_u64().unwrap();
-        assert!(stderr.contains(&format!("prefill: {n} tokens")), "{stderr}");
+        assert!(stderr.contains(&format!("prompt {n} tokens")), "{stderr}");
     }
 }
 

@@ -168,12 +168,12 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     writeln!(out)?;
     out.flush()?;
     eprintln!(
-        "\nseed {seed}; prefill: {} tokens in {:.2} s ({:.1} tok/s); decode: {} tokens in {:.2} s ({:.1} tok/s); stop: {:?}",
+        "\nseed {seed}; prompt {} tokens in {:.1} ms ({:.1} tok/s); generated {} tokens in {:.1} ms ({:.1} tok/s); stop: {:?}",
         prompt.len(),
-        prefill_s,
+        prefill_s * 1e3,
         prompt.len() as f64 / prefill_s.max(1e-9),
         stats.n_tokens,
-        stats.elapsed.as_secs_f64(),
+        stats.elapsed.as_secs_f64() * 1e3,
         stats.tokens_per_second(),
         stats.stop
     );
