@@ -59,6 +59,13 @@ typedef enum combs_task {
   COMBS_TASK_TRANSLATE = 1,
 } combs_task;
 
+// An image: RGB8 pixels, row-major, 3 bytes per pixel, no row padding.
+typedef struct combs_image combs_image;
+
+// A vision projector on the device of the text model it was loaded for.
+// Only read after loading: several threads may use one at once.
+typedef struct combs_mmproj combs_mmproj;
+
 // Weights and tokenizer of one model file. Only read after loading, so one
 // model may be used from several threads at once.
 typedef struct combs_model combs_model;
@@ -575,6 +582,147 @@ enum combs_status combs_session_fork(const struct combs_session *s, struct combs
 // `s` is NULL or a live session; `out` is NULL or writable.
 enum combs_status combs_session_page_stats(const struct combs_session *s,
                                            struct combs_page_stats *out);
+
+// Loads a projector file (llama.cpp's `mmproj-*.gguf` of a SmolVLM /
+// Idefics3 model) beside the text model `m`, on its device. On success
+// `*out` receives a projector to release with `combs_mmproj_free()`; it
+// keeps `m` alive.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `m`, `path` or `out`; a text model
+// without an `<image>` token; a projector whose output width is not the
+// text model's), `COMBS_ERR_IO` (missing or unreadable file),
+// `COMBS_ERR_UNSUPPORTED` (a GGUF of another architecture than `clip` —
+// a text model's, say — or another projector type), `COMBS_ERR_FORMAT`
+// (truncated, inconsistent: the message names the key or tensor),
+// `COMBS_ERR_OUT_OF_MEMORY`, `COMBS_ERR_DEVICE`.
+//
+// # Safety
+// `m` is NULL or a live model; `path` is NULL or a NUL-terminated string;
+// `out` is NULL or writable.
+enum combs_status combs_mmproj_load(const struct combs_model *m,
+                                    const char *path,
+                                    struct combs_mmproj **out);
+
+// Releases a projector (NULL: no-op).
+//
+// # Safety
+// `p` is NULL or a projector from `combs_mmproj_load()` not freed before
+// and not in use by another thread.
+void combs_mmproj_free(struct combs_mmproj *p);
+
+// Decodes a PNG or JPEG file. On success `*out` receives an image to
+// release with `combs_image_free()`.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `path` or `out`; an image of 0 pixels
+// or over 16384 pixels a side or 2^26 pixels, refused from its header
+// before anything is allocated), `COMBS_ERR_IO`, `COMBS_ERR_FORMAT` (not a
+// PNG or JPEG, corrupt or truncated).
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+enum combs_status combs_image_load(const char *path, struct combs_image **out);
+
+// Decodes a PNG or JPEG held in memory (`len` bytes at `bytes`).
+//
+// # Errors
+// As `combs_image_load()`, without `COMBS_ERR_IO`.
+//
+// # Safety
+// `bytes` is NULL or valid for `len` reads; `out` is NULL or writable.
+enum combs_status combs_image_decode(const uint8_t *bytes, size_t len, struct combs_image **out);
+
+// Copies `width` × `height` RGB8 pixels (row-major, `3 * width` bytes per
+// row, no padding) into a new image.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `rgb` or `out`, a size of 0 pixels or
+// over the limits of `combs_image_load()`).
+//
+// # Safety
+// `rgb` is NULL or valid for `3 * width * height` reads; `out` is NULL or
+// writable.
+enum combs_status combs_image_from_rgb(const uint8_t *rgb,
+                                       uint32_t width,
+                                       uint32_t height,
+                                       struct combs_image **out);
+
+// Width of an image in pixels (0 for NULL).
+//
+// # Safety
+// `img` is NULL or a live image.
+uint32_t combs_image_width(const struct combs_image *img);
+
+// Height of an image in pixels (0 for NULL).
+//
+// # Safety
+// `img` is NULL or a live image.
+uint32_t combs_image_height(const struct combs_image *img);
+
+// The pixels of an image: `3 * width * height` bytes, RGB, row-major,
+// valid until the image is freed (NULL for NULL).
+//
+// # Safety
+// `img` is NULL or a live image.
+const uint8_t *combs_image_data(const struct combs_image *img);
+
+// Releases an image (NULL: no-op).
+//
+// # Safety
+// `img` is NULL or an image not freed before and not in use by another
+// thread.
+void combs_image_free(struct combs_image *img);
+
+// Evaluates an image after the tokens `s` holds: the image is resized and
+// cut into tiles as the model's processor does, encoded by the projector,
+// and its markers and embeddings (e.g. 13 tiles × 64 for a 1024×768 image
+// with SmolVLM-256M) are prefilled. `rgb` holds `width` × `height` RGB8
+// pixels, row-major, no padding. The logits are then those of the image's
+// last marker.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s`, `p` or `rgb`; a size of 0 or
+// over the limits of `combs_image_load()`; a session of another text model
+// than the projector's), `COMBS_ERR_CONTEXT_FULL`: the session is
+// unchanged. `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE` as for
+// `combs_session_prefill`.
+//
+// # Safety
+// `s` is NULL or a live session used by no other thread; `p` is NULL or a
+// live projector; `rgb` is NULL or valid for `3 * width * height` reads.
+enum combs_status combs_session_prefill_image(struct combs_session *s,
+                                              const struct combs_mmproj *p,
+                                              const uint8_t *rgb,
+                                              uint32_t width,
+                                              uint32_t height);
+
+// Evaluates `text` after the tokens `s` holds, each `<image>` in it
+// standing for the next of the `n_images` images: a chat turn rendered by
+// `combs_chat_apply_template()` from a message such as `"<image>What is
+// in this picture?"` (templates that take typed content, as SmolVLM's, get
+// an image part there), or raw text. Special tokens in `text` are parsed;
+// `add_special` adds the model's BOS where it wants one (for the first
+// text of a session). `p` may be NULL when `n_images` is 0.
+//
+// # Errors
+// `COMBS_ERR_INVALID_ARGUMENT` (NULL `s` or `text`, text that is not UTF-8,
+// NULL `images` with `n_images` > 0 or a NULL entry, NULL `p` with images,
+// as many `<image>` markers as images required, a session of another text
+// model), `COMBS_ERR_CONTEXT_FULL`: the session is unchanged.
+// `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE` as for
+// `combs_session_prefill`.
+//
+// # Safety
+// `s` is NULL or a live session used by no other thread; `p` is NULL or a
+// live projector; `text` is NULL or NUL-terminated; `images` is NULL or an
+// array of `n_images` pointers, each NULL or a live image.
+enum combs_status combs_session_prefill_multimodal(struct combs_session *s,
+                                                   const struct combs_mmproj *p,
+                                                   const char *text,
+                                                   const struct combs_image *const *images,
+                                                   size_t n_images,
+                                                   bool add_special);
 
 // The default sampling options (llama.cpp's): temperature 0.8, top_k 40,
 // top_p 0.95, min_p 0.05, repeat_penalty 1 (off), repeat_last_n 64, a fixed seed.

@@ -35,6 +35,8 @@ pub mod chat;
 
 pub mod session;
 
+pub mod vision;
+
 pub mod sampler;
 
 pub mod generate;
@@ -56,6 +58,7 @@ pub use speech::*;
 pub use status::*;
 pub use tokenize::*;
 pub use transcribe::*;
+pub use vision::*;
 
 use std::ffi::c_char;
 
