@@ -386,7 +386,7 @@ impl WhisperModel {
             at: FullKvAddressing::new(ctx, hp.n_audio_ctx, hp.n_audio_ctx)?,
             slots: Vec::new(),
         };
-        Ok(WhisperModel {
+        let model = WhisperModel {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
             planner: opts.planner(),
@@ -404,7 +404,45 @@ impl WhisperModel {
             ln,
             encoder: Mutex::new(encoder),
             decoder_pool: Mutex::new(Vec::new()),
-        })
+        };
+        model.record_first_slot()?;
+        Ok(model)
+    }
+
+    /// A window's output buffers: each decoder layer's cross-attention keys
+    /// and values, and the encoder output.
+    fn window_buffers(&self) -> Result<(Arc<Vec<FullKv>>, Arc<Buffer>)> {
+        let hp = self.hparams;
+        let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
+        let cross = (0..hp.n_text_layer)
+            .map(|il| FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}")))
+            .collect::<Result<Vec<_>>>()?;
+        let enc_out = Buffer::new(
+            &self.ctx,
+            (4 * n * d) as u64,
+            MemoryKind::Readback,
+            "encoder output",
+        )?;
+        Ok((Arc::new(cross), enc_out))
+    }
+
+    /// Records the encoder into a first window's buffers at load, so that
+    /// every window of a transcription replays it (recording takes several
+    /// milliseconds, about what the encoder itself runs on a large GPU).
+    fn record_first_slot(&self) -> Result<()> {
+        let mut scratch = self
+            .encoder
+            .lock()
+            .map_err(|_| ModelError::Internal("encoder scratch poisoned".into()))?;
+        let (cross, enc_out) = self.window_buffers()?;
+        let rec = self.record_encoder(&scratch, &cross, &enc_out, false)?;
+        scratch.slots.push(EncoderSlot {
+            cross,
+            enc_out,
+            lease: Arc::new(()),
+            rec,
+        });
+        Ok(())
     }
 
     /// The device.
@@ -425,7 +463,6 @@ impl WhisperModel {
     ) -> Result<(AudioStates, Option<StepTimes>)> {
         let hp = self.hparams;
         check_mel(&hp, mel)?;
-        let (n, d) = (hp.n_audio_ctx, hp.n_audio_state);
         let mut scratch = self
             .encoder
             .lock()
@@ -447,19 +484,7 @@ impl WhisperModel {
                 )
             }
             _ => {
-                let cross = Arc::new(
-                    (0..hp.n_text_layer)
-                        .map(|il| {
-                            FullKv::new(&self.ctx, n, hp.n_text_state, &format!("cross {il}"))
-                        })
-                        .collect::<Result<Vec<_>>>()?,
-                );
-                let enc_out = Buffer::new(
-                    &self.ctx,
-                    (4 * n * d) as u64,
-                    MemoryKind::Readback,
-                    "encoder output",
-                )?;
+                let (cross, enc_out) = self.window_buffers()?;
                 let mut rec = self.record_encoder(&scratch, &cross, &enc_out, profile)?;
                 rec.submit_and_wait()?;
                 let lease = Arc::new(());
