@@ -349,7 +349,9 @@ fn load_speech_model_reads_whisper_cpp_files_and_refuses_others() {
 }
 
 /// The real tiny.en (`COMBS_WHISPER_MODEL=path/ggml-tiny.en.bin`): the device
-/// model against the reference on one window, with the encoder's time.
+/// model against the reference within 1e-3 on a 30-s window of speech
+/// (`COMBS_WHISPER_AUDIO`, its first window) and on a window of fresh
+/// random features, with the encoder's time.
 #[test]
 fn real_model_matches_reference() {
     let Ok(path) = std::env::var("COMBS_WHISPER_MODEL") else {
@@ -361,12 +363,19 @@ fn real_model_matches_reference() {
     let file =
         combs::formats::whisper_bin::WhisperFile::open(std::path::Path::new(&path)).expect("open");
     let dev = WhisperModel::load(&ctx, &file, &LoadOptions::default()).expect("load");
+    let re = WhisperReference::load(&file).expect("reference");
+    if let Ok(audio) = std::env::var("COMBS_WHISPER_AUDIO") {
+        let samples = combs::audio::load_audio(std::path::Path::new(&audio)).expect("audio");
+        let hp = file.hparams;
+        let mel = combs::audio::log_mel(&samples, dev.mel_filters(), hp.n_mels, 0).expect("mel");
+        let first = combs::audio::window(&mel, 0).expect("window");
+        compare(&dev, &re, &first, 1e-3, "real speech");
+    }
     let mel = features(&mut rng, file.hparams.n_mels);
     let t = std::time::Instant::now();
     dev.encode(&mel).expect("encode");
     eprintln!("encoder window: {:.3} s", t.elapsed().as_secs_f64());
-    let re = WhisperReference::load(&file).expect("reference");
-    compare(&dev, &re, &mel, 1e-3, "real");
+    compare(&dev, &re, &mel, 1e-3, "real, random features");
 }
 
 /// Time of one encoder window of the real model by step
