@@ -83,6 +83,20 @@ pub enum CliError {
     Output(#[from] std::io::Error),
 }
 
+impl CliError {
+    /// An error while reading the file at `path`: I/O errors already name
+    /// the file, any other gets its path in front.
+    pub fn in_file(path: &std::path::Path, e: ModelError) -> Self {
+        match e {
+            ModelError::Io { .. } => CliError::Model(e),
+            source => CliError::File {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let stdout = std::io::stdout();

@@ -64,6 +64,15 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// An error while reading the file at `path`: I/O errors already name the
+/// file, any other gets its path in front.
+pub(crate) fn file_failure(path: &std::path::Path, e: crate::error::ModelError) -> Failure {
+    match e {
+        crate::error::ModelError::Io { .. } => Failure::from(e),
+        e => Failure::from(e).context(path.display()),
+    }
+}
+
 /// Runs the body of entry point `func`, turning an error or a panic into a
 /// status and a last-error message `"<func>: <what failed>"`.
 pub(crate) fn guard(func: &str, f: impl FnOnce() -> FfiResult<()>) -> combs_status {

@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use super::args::{c_enum, c_str, guard_create, guard_free, guard_get, handle};
 use super::combs_token;
-use super::guard::{Failure, guard_const};
+use super::guard::{file_failure, guard_const};
 use super::runtime::combs_runtime;
 use super::status::combs_status;
-use crate::error::ModelError;
 use crate::models::LoadOptions;
 use crate::ops::act_round::Numerics;
 use crate::runtime::Model;
@@ -121,13 +120,7 @@ pub unsafe extern "C" fn combs_model_load(
                 ..LoadOptions::default()
             },
         )
-        .map_err(|e| {
-            match e {
-                // I/O errors already name the file.
-                ModelError::Io { .. } => Failure::from(e),
-                e => Failure::from(e).context(path.display()),
-            }
-        })?;
+        .map_err(|e| file_failure(path, e))?;
         Ok(combs_model {
             model: Arc::new(model),
         })

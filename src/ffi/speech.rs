@@ -8,11 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::args::{c_str, guard_create, guard_free, handle};
-use super::guard::Failure;
+use super::guard::file_failure;
 use super::guard::guard_const;
 use super::runtime::combs_runtime;
 use super::status::combs_status;
-use crate::error::ModelError;
 use crate::models::LoadOptions;
 use crate::models::speech::SpeechToTextModel;
 
@@ -88,12 +87,8 @@ pub unsafe extern "C" fn combs_speech_model_load(
             show_progress: raw.is_some_and(|o| o.show_progress != 0),
             ..LoadOptions::default()
         };
-        let model =
-            crate::models::load_speech_model(&rt.ctx, path, &load).map_err(|e| match e {
-                // I/O errors already name the file.
-                ModelError::Io { .. } => Failure::from(e),
-                e => Failure::from(e).context(path.display()),
-            })?;
+        let model = crate::models::load_speech_model(&rt.ctx, path, &load)
+            .map_err(|e| file_failure(path, e))?;
         Ok(combs_speech_model { model })
     };
     // SAFETY: per this function's contract.

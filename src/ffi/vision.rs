@@ -10,11 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::args::{array, c_str, guard_create, guard_free, guard_get, handle, handle_mut, utf8};
-use super::guard::{Failure, FfiResult, guard};
+use super::guard::{FfiResult, file_failure, guard};
 use super::model::combs_model;
 use super::session::combs_session;
 use super::status::combs_status;
-use crate::error::ModelError;
 use crate::models::LoadOptions;
 use crate::runtime::{EncodedImage, Model, VisionModel};
 use crate::vision::RgbImage;
@@ -70,10 +69,7 @@ pub unsafe extern "C" fn combs_mmproj_load(
         let vision = m
             .model
             .load_vision(path, &LoadOptions::default())
-            .map_err(|e| match e {
-                ModelError::Io { .. } => Failure::from(e),
-                e => Failure::from(e).context(path.display()),
-            })?;
+            .map_err(|e| file_failure(path, e))?;
         Ok(combs_mmproj {
             vision,
             _model: m.model.clone(),
@@ -114,10 +110,7 @@ pub unsafe extern "C" fn combs_image_load(
         // SAFETY: per this function's contract.
         let path = unsafe { c_str(path, "path") }?;
         let path = Path::new(OsStr::from_bytes(path.to_bytes()));
-        let rgb = crate::vision::load_image(path).map_err(|e| match e {
-            ModelError::Io { .. } => Failure::from(e),
-            e => Failure::from(e).context(path.display()),
-        })?;
+        let rgb = crate::vision::load_image(path).map_err(|e| file_failure(path, e))?;
         Ok(combs_image { rgb })
     };
     // SAFETY: per this function's contract.

@@ -108,13 +108,8 @@ impl ModelArgs {
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
         let ctx = GpuContext::new(self.device)?;
-        let model = Model::load(&ctx, &path, &self.load_options()).map_err(|e| match e {
-            ModelError::Io { .. } => CliError::Model(e),
-            source => CliError::File {
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let model = Model::load(&ctx, &path, &self.load_options())
+            .map_err(|e| CliError::in_file(&path, e))?;
         Ok((ctx, model))
     }
 }

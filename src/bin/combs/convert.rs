@@ -72,10 +72,7 @@ pub fn run(args: &ConvertArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let start = Instant::now();
     let file_err = |path: &PathBuf| {
         let path = path.clone();
-        move |e: ModelError| match e {
-            ModelError::Io { .. } => CliError::Model(e),
-            source => CliError::File { path, source },
-        }
+        move |e: ModelError| CliError::in_file(&path, e)
     };
     let mut n = 0usize;
     let mut io_result = Ok(());

@@ -38,13 +38,7 @@ pub struct InfoArgs {
 /// Runs `combs info`, writing the report to `out`.
 pub fn run(args: &InfoArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(path) = &args.model {
-        let file = GgufFile::open(path).map_err(|e| match e {
-            ModelError::Io { .. } => CliError::Model(e),
-            source => CliError::File {
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let file = GgufFile::open(path).map_err(|e| CliError::in_file(path, e))?;
         print_model(&file, &path.display().to_string(), args.full, out)?;
     }
     if args.devices {

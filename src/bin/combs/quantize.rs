@@ -79,10 +79,7 @@ pub fn run(args: &QuantizeArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let start = Instant::now();
     let file_err = |path: &PathBuf| {
         let path = path.clone();
-        move |e: ModelError| match e {
-            ModelError::Io { .. } => CliError::Model(e),
-            source => CliError::File { path, source },
-        }
+        move |e: ModelError| CliError::in_file(&path, e)
     };
     let input = GgufFile::open(&args.input).map_err(file_err(&args.input))?;
     writeln!(

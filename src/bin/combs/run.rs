@@ -186,13 +186,9 @@ fn load_vision(
     path: &Path,
     opts: &combs::models::LoadOptions,
 ) -> Result<VisionModel, CliError> {
-    model.load_vision(path, opts).map_err(|e| match e {
-        ModelError::Io { .. } => CliError::Model(e),
-        source => CliError::File {
-            path: path.to_path_buf(),
-            source,
-        },
-    })
+    model
+        .load_vision(path, opts)
+        .map_err(|e| CliError::in_file(path, e))
 }
 
 /// Decodes and encodes each image, printing its tiles and times.
@@ -202,13 +198,7 @@ fn encode_images(vision: &VisionModel, paths: &[PathBuf]) -> Result<Vec<EncodedI
         .iter()
         .map(|path| {
             let t = Instant::now();
-            let file_err = |source: ModelError| match source {
-                ModelError::Io { .. } => CliError::Model(source),
-                source => CliError::File {
-                    path: path.clone(),
-                    source,
-                },
-            };
+            let file_err = |e: ModelError| CliError::in_file(path, e);
             let rgb = combs::vision::load_image(path).map_err(file_err)?;
             let decode = t.elapsed();
             let image = vision.encode(&rgb).map_err(file_err)?;

@@ -157,10 +157,7 @@ pub fn run(args: &TranscribeArgs, out: &mut dyn Write) -> Result<(), CliError> {
     };
     let file_err = |path: &PathBuf| {
         let path = path.clone();
-        move |e: ModelError| match e {
-            ModelError::Io { .. } => CliError::Model(e),
-            source => CliError::File { path, source },
-        }
+        move |e: ModelError| CliError::in_file(&path, e)
     };
     let t_start = Instant::now();
     let samples = combs::audio::load_audio(&args.audio).map_err(file_err(&args.audio))?;
