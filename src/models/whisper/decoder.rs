@@ -264,11 +264,7 @@ impl DecoderParts {
             self.steps.clear();
             self.cross = cross;
         }
-        if n_seqs * hp.n_text_ctx > self.cross_at.max_queries {
-            self.steps.clear();
-            self.cross_at =
-                FullKvAddressing::new(model.context(), hp.n_audio_ctx, n_seqs * hp.n_text_ctx)?;
-        }
+        self.address_queries(model, n_seqs * hp.n_text_ctx)?;
         if n_seqs > self.kv.cur.cap || n_seqs > self.kv.page_capacity() {
             self.steps.clear();
             self.kv = BeamKv::new(
@@ -280,6 +276,17 @@ impl DecoderParts {
             )?;
         }
         self.kv.n_seqs = n_seqs;
+        Ok(())
+    }
+
+    /// Cross-attention addressing for at least `max_queries` queries (the
+    /// recorded steps bind the old one, so they go with it).
+    fn address_queries(&mut self, model: &WhisperModel, max_queries: usize) -> Result<()> {
+        if max_queries > self.cross_at.max_queries {
+            self.steps.clear();
+            self.cross_at =
+                FullKvAddressing::new(model.context(), model.hparams.n_audio_ctx, max_queries)?;
+        }
         Ok(())
     }
 
@@ -493,13 +500,8 @@ impl SpeechDecoder for WhisperDecoder<'_> {
         if source.is_empty() {
             return Err(ModelError::invalid("reorder", "no sequences"));
         }
-        let max_queries = source.len() * model.hparams.n_text_ctx;
         let epoch = parts.kv.epoch;
-        if max_queries > parts.cross_at.max_queries {
-            parts.steps.clear();
-            parts.cross_at =
-                FullKvAddressing::new(model.context(), model.hparams.n_audio_ctx, max_queries)?;
-        }
+        parts.address_queries(model, source.len() * model.hparams.n_text_ctx)?;
         let ctx = model.context().clone();
         parts.kv.reorder(&ctx, model, source, n_past)?;
         if parts.kv.epoch != epoch {
