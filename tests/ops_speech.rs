@@ -15,7 +15,7 @@ use combs::ops::host::HOST;
 use combs::ops::im2col::{Conv1d, ConvInput, Im2colCall, im2col_ref};
 use combs::ops::layer_norm::{LayerNorm, LayerNormCall, layer_norm_ref};
 use combs::ops::unary::{UnaryCall, UnaryOp, unary_ref};
-use common::{Rng, gpu};
+use common::{Rng, gpu, max_rel};
 
 fn device_f32(ctx: &Arc<GpuContext>, v: &[f32]) -> Arc<Buffer> {
     upload_new(ctx, bytemuck::cast_slice(v), "test input").expect("upload")
@@ -42,21 +42,6 @@ fn run(ctx: &Arc<GpuContext>, f: impl FnOnce(&mut Recording)) {
 
 fn backends() -> [(&'static str, &'static dyn Kernels); 2] {
     [("vulkan", &VULKAN), ("host", &HOST)]
-}
-
-/// Largest absolute difference over the largest reference magnitude.
-fn max_rel(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let scale = want
-        .iter()
-        .map(|&v| f64::from(v).abs())
-        .fold(1e-30, f64::max);
-    got.iter()
-        .zip(want)
-        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
-        .fold(0.0, f64::max)
-        / scale
 }
 
 #[test]

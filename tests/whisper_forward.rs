@@ -15,7 +15,7 @@ use combs::models::whisper::{HostWhisper, WhisperModel};
 use combs::models::whisper_reference::WhisperReference;
 use combs::ops::plan::Backend;
 use combs::quant::QuantType;
-use common::{Rng, gpu};
+use common::{Rng, gpu, max_rel};
 
 fn small() -> WhisperHparams {
     WhisperHparams {
@@ -47,21 +47,6 @@ fn features(rng: &mut Rng, n_mels: usize) -> LogMel {
         n_frames: N_FRAMES,
         data,
     }
-}
-
-/// Largest absolute difference over the largest reference magnitude.
-fn max_rel(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
-    let scale = want
-        .iter()
-        .map(|&v| f64::from(v).abs())
-        .fold(1e-30, f64::max);
-    got.iter()
-        .zip(want)
-        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
-        .fold(0.0, f64::max)
-        / scale
 }
 
 fn compare(

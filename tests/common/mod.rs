@@ -92,6 +92,21 @@ impl Rng {
     }
 }
 
+/// Largest absolute difference over the largest reference magnitude.
+pub fn max_rel(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    let scale = want
+        .iter()
+        .map(|&v| f64::from(v).abs())
+        .fold(1e-30, f64::max);
+    got.iter()
+        .zip(want)
+        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
 /// Relative L2 error of `got` against `want`.
 pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
