@@ -363,7 +363,7 @@ impl SmolVlmModel {
         &self,
         tokens: &[u32],
         image_token: u32,
-        images: &'a [ImageEmbeddings],
+        images: impl IntoIterator<Item = &'a ImageEmbeddings>,
     ) -> Result<Vec<EmbedRows<'a>>> {
         embed_multimodal(tokens, image_token, self.text.spec().n_embd, images)
     }
@@ -576,9 +576,10 @@ pub fn embed_multimodal<'a>(
     tokens: &[u32],
     image_token: u32,
     n_embd: usize,
-    images: &'a [ImageEmbeddings],
+    images: impl IntoIterator<Item = &'a ImageEmbeddings>,
 ) -> Result<Vec<EmbedRows<'a>>> {
-    for im in images {
+    let images: Vec<&ImageEmbeddings> = images.into_iter().collect();
+    for im in &images {
         let ok = im.n_embd == n_embd && im.tiles.iter().all(|t| t.len() == im.seq_len * n_embd);
         if !ok {
             return Err(ModelError::invalid(
@@ -590,7 +591,7 @@ pub fn embed_multimodal<'a>(
     let slots: Vec<usize> = (0..tokens.len())
         .filter(|&i| tokens[i] == image_token)
         .collect();
-    let n_rows: usize = images.iter().map(ImageEmbeddings::n_rows).sum();
+    let n_rows: usize = images.iter().map(|im| im.n_rows()).sum();
     if slots.len() != n_rows {
         return Err(ModelError::invalid(
             "prompt",
@@ -603,7 +604,7 @@ pub fn embed_multimodal<'a>(
     }
     let mut spans: Vec<EmbedRows<'a>> = Vec::new();
     let mut next = slots.iter();
-    for im in images {
+    for im in &images {
         for tile in &im.tiles {
             let mut row = 0;
             while row < im.seq_len {

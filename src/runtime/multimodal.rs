@@ -165,11 +165,11 @@ impl VisionModel {
                 "it belongs to another text model than the projector's",
             ));
         }
-        let embeddings: Vec<ImageEmbeddings> =
-            images.iter().map(|i| i.embeddings.clone()).collect();
-        let rows = self
-            .vlm
-            .embed_multimodal(tokens, self.image_token, &embeddings)?;
+        let rows = self.vlm.embed_multimodal(
+            tokens,
+            self.image_token,
+            images.iter().map(|i| &i.embeddings),
+        )?;
         session.prefill_with_embeddings(tokens, &rows)
     }
 
