@@ -187,6 +187,10 @@ pub fn kernels() -> Vec<KernelDef> {
         "attention_blocks.comp",
         &[],
     ));
+    k.push(KernelDef {
+        vulkan13: true,
+        ..def("attention_coop_f16_f32", "attention_coop.comp", &[])
+    });
     k.push(def("layer_norm_f32", "layer_norm.comp", &[]));
     k.push(def(
         "unary_gelu_erf_f32",

@@ -47,6 +47,24 @@ impl LoadOptions {
             backend: self.backend,
         }
     }
+
+    /// [`Self::planner`], checked against the device the model loads on.
+    ///
+    /// # Errors
+    /// The host's kernels asked for on a device whose buffers the host
+    /// cannot reach (any but a CPU device).
+    pub fn planner_for(&self, ctx: &GpuContext) -> Result<Planner> {
+        if self.backend == Some(Backend::Host) && ctx.caps().class() != DeviceClass::Cpu {
+            return Err(ModelError::invalid(
+                "kernels",
+                format!(
+                    "the host's kernels run on CPU devices only, not on {}",
+                    ctx.caps().name
+                ),
+            ));
+        }
+        Ok(self.planner())
+    }
 }
 
 /// One registered architecture.
@@ -65,8 +83,9 @@ fn load_llama(
     spec: ArchSpec,
     opts: &LoadOptions,
 ) -> Result<Arc<dyn GenerativeModel>> {
+    let planner = opts.planner_for(ctx)?;
     let arch = LlamaModel::load(ctx, g, spec, opts)?;
-    Ok(Arc::new(Loaded::new(arch, opts.planner())))
+    Ok(Arc::new(Loaded::new(arch, planner)))
 }
 
 /// Every architecture combs runs.

@@ -314,7 +314,7 @@ impl SmolVlmModel {
             bias: None,
         };
         l.finish()?;
-        let planner = opts.planner();
+        let planner = opts.planner_for(ctx)?;
         let tiles = default_tiles_per_call(ctx, &hp, patch_cols);
         let encoder = EncoderScratch::new(ctx, &hp, planner, patch_cols, tiles)?;
         Ok(SmolVlmModel {
@@ -436,6 +436,34 @@ impl SmolVlmModel {
             .ok_or_else(|| ModelError::Internal("no tile encoded".into()))
     }
 
+    /// Encodes the first call's worth of `tiles` (as many as one submission
+    /// takes) with GPU timestamps: each kind of step's device nanoseconds,
+    /// largest first, and how many tiles the call held.
+    ///
+    /// # Errors
+    /// As [`Self::encode_tiles`]; a device without timestamps gives no times.
+    pub fn profile_tiles(&self, tiles: &ImageTiles) -> Result<(Vec<(String, f64)>, usize)> {
+        let enc = self.scratch()?;
+        let k = tiles.tiles.len().min(enc.tiles);
+        if k == 0 {
+            return Err(ModelError::invalid("image tiles", "no tiles to profile"));
+        }
+        let t = std::time::Instant::now();
+        self.write_patches(&enc, &tiles.tiles[..k])?;
+        let write = t.elapsed();
+        let mut rec = self.record(&enc, k, true)?;
+        rec.submit_and_wait()?;
+        let t = std::time::Instant::now();
+        let per = self.hp.image_seq_len() * self.hp.projection_dim;
+        let mut v = vec![0.0f32; k * per];
+        enc.out.read_slice(0, &mut v)?;
+        let read = t.elapsed();
+        let mut times = rec.profile()?;
+        times.push(("patch rows (host)".into(), write.as_secs_f64() * 1e9));
+        times.push(("read embeddings (host)".into(), read.as_secs_f64() * 1e9));
+        Ok((times, k))
+    }
+
     /// Most tiles one submission encodes.
     ///
     /// # Errors
@@ -473,13 +501,9 @@ impl SmolVlmModel {
                 enc.tiles
             )));
         }
-        let floats = self.hp.n_patches() * self.patch_cols;
-        for (i, tile) in batch.iter().enumerate() {
-            let rows = patch_rows(&self.hp, &self.order, self.patch_cols, tile)?;
-            enc.patches.write_slice((4 * i * floats) as u64, &rows)?;
-        }
+        self.write_patches(enc, batch)?;
         if enc.steps[k - 1].is_none() {
-            let rec = self.record(enc, k)?;
+            let rec = self.record(enc, k, false)?;
             enc.steps[k - 1] = Some(rec);
         }
         let step = enc.steps[k - 1]
@@ -492,9 +516,25 @@ impl SmolVlmModel {
         Ok(v.chunks_exact(per).map(<[f32]>::to_vec).collect())
     }
 
+    /// The tiles' patch rows into the encoder's input.
+    fn write_patches(&self, enc: &EncoderScratch, batch: &[Vec<f32>]) -> Result<()> {
+        use rayon::prelude::*;
+        let floats = self.hp.n_patches() * self.patch_cols;
+        // A tile's rows take a few milliseconds to gather: all tiles at once.
+        let rows: Vec<Vec<f32>> = batch
+            .par_iter()
+            .map(|tile| patch_rows(&self.hp, &self.order, self.patch_cols, tile))
+            .collect::<Result<_>>()?;
+        for (i, r) in rows.iter().enumerate() {
+            enc.patches.write_slice((4 * i * floats) as u64, r)?;
+        }
+        Ok(())
+    }
+
     /// Records the encoding of `k` tiles over `enc`: the products over all
-    /// their rows at once, the attention within each tile.
-    fn record(&self, enc: &EncoderScratch, k: usize) -> Result<Recording> {
+    /// their rows at once, the attention within each tile; `profile` adds
+    /// timestamps.
+    fn record(&self, enc: &EncoderScratch, k: usize, profile: bool) -> Result<Recording> {
         let hp = &self.hp;
         let n = k * hp.n_patches();
         let head_dim = hp.n_embd / hp.n_head;
@@ -503,7 +543,7 @@ impl SmolVlmModel {
             head_dim,
             scale: 1.0 / (head_dim as f32).sqrt(),
         };
-        let mut rec = Recording::new(&self.ctx, false)?;
+        let mut rec = Recording::new(&self.ctx, profile)?;
         {
             let mut f = Forward::new(&mut rec, self.planner, &enc.ws, n)?;
             f.copy_rows(Mat::new(&enc.patches, n, self.patch_cols), &enc.patches_dev)?;

@@ -42,17 +42,25 @@ pub enum AttentionVariant {
     /// Blocks of queries walking tiles of keys staged in shared memory
     /// (`attention_blocks.comp`): prompts on GPUs.
     Blocks,
+    /// Blocks of queries on cooperative matrices (`attention_coop.comp`):
+    /// prompts and encoders on GPUs that have them. Queries and
+    /// probabilities enter the products as f16.
+    Coop,
 }
 
 impl AttentionVariant {
     /// The variant combs picks: everywhere on CPU devices rows (uniform key
-    /// loads); on GPUs tiled for decode and for prompts whose rows layout
+    /// loads); on GPUs with cooperative matrices the cooperative kernel for
+    /// prompts, blocks on other GPUs; tiled for decode and for prompts whose rows layout
     /// would give the GPU fewer than two workgroups per SM or so — on the
     /// H200, 512 tokens of SmolLM2's 9 heads: 122 µs tiled, 335 µs rows;
     /// of Llama-1B's 32: 401 and 367 µs (`combs kernel-bench --attention 512`).
     pub fn choose(ctx: &crate::gpu::GpuContext, n_tokens: usize, shape: AttentionShape) -> Self {
         if super::is_cpu(ctx) {
             return AttentionVariant::Rows;
+        }
+        if n_tokens > 1 && coop_layout(ctx, shape.head_dim).is_some() {
+            return AttentionVariant::Coop;
         }
         if n_tokens > 1 && blocks_split(ctx, shape.head_dim).is_some() {
             return AttentionVariant::Blocks;
@@ -106,6 +114,28 @@ fn blocks_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32, u
     }
     let bc = if head_dim > 128 { 16 } else { 32 };
     Some((qt as u32, bc))
+}
+
+/// (subgroups of 16 queries, keys per tile) of a workgroup of the
+/// cooperative-matrix kernel: the most subgroups (up to four), then the
+/// widest tile (64 or 32 keys), whose shared memory fits the device (the
+/// staged keys and values, and per subgroup its scores or output rows and
+/// its probabilities); `None` where the device has no 16×16×16 f16
+/// cooperative matrices with subgroups of 32 or the head dimension is not
+/// a multiple of 16.
+pub fn coop_layout(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32, u32)> {
+    if !super::linear::LinearVariant::coop_available(ctx) || !head_dim.is_multiple_of(16) {
+        return None;
+    }
+    let d = head_dim;
+    let shared = |nsg: usize, bc: usize| {
+        2 * bc * (d + 8) * 2 + nsg * 16 * (bc.max(d) * 4 + bc * 2 + 4) + 16 * nsg * 8
+    };
+    let limit = ctx.caps().max_shared_memory as usize;
+    [(4usize, 64usize), (4, 32), (2, 64), (2, 32), (1, 32)]
+        .into_iter()
+        .find(|&(nsg, bc)| shared(nsg, bc) <= limit)
+        .map(|(nsg, bc)| (nsg as u32, bc as u32))
 }
 
 /// (workgroup size, invocations per key group) of the decode kernel: about 16
@@ -340,6 +370,26 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
                 ],
                 [
                     pc_u32("attention groups", n_tokens.div_ceil(per_wg))?,
+                    pc_u32("heads", shape.n_head)?,
+                    1,
+                ],
+            )
+        }
+        AttentionVariant::Coop => {
+            let (nsg, bc) = coop_layout(&ctx, shape.head_dim).ok_or_else(|| {
+                ModelError::kernel(
+                    "attention_coop",
+                    format!(
+                        "no cooperative-matrix layout for head dim {} on this device",
+                        shape.head_dim
+                    ),
+                )
+            })?;
+            (
+                Kernel::AttentionCoopF16F32,
+                vec![32 * nsg, nsg, shape.head_dim as u32, bc],
+                [
+                    pc_u32("attention groups", n_tokens.div_ceil(16 * nsg as usize))?,
                     pc_u32("heads", shape.n_head)?,
                     1,
                 ],

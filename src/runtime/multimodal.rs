@@ -108,6 +108,17 @@ impl VisionModel {
         })
     }
 
+    /// Resizes and tiles `image`, then encodes one submission's worth of its
+    /// tiles with GPU timestamps: each kind of step's device nanoseconds,
+    /// largest first, and the number of tiles encoded.
+    ///
+    /// # Errors
+    /// As [`Self::encode`].
+    pub fn profile_encode(&self, image: &RgbImage) -> Result<(Vec<(String, f64)>, usize)> {
+        let tiles = preprocess(image, &self.vlm.preprocess_config())?;
+        self.vlm.profile_tiles(&tiles)
+    }
+
     /// The prompt text that stands for `image`.
     pub fn expansion(&self, image: &EncodedImage) -> String {
         image_prompt_expansion(image.rows, image.cols, self.vlm.image_seq_len())

@@ -22,6 +22,14 @@ pub fn gpu() -> Arc<GpuContext> {
     .clone()
 }
 
+/// Whether the host's native kernels can run on the test device: they read
+/// and write the buffers in place, which only a CPU device's are to the
+/// host (on a GPU the tests that ask for them run the Vulkan kernels' plan
+/// alone, or skip).
+pub fn host_kernels_run_here() -> bool {
+    gpu().caps().class() == combs::gpu::DeviceClass::Cpu
+}
+
 /// SplitMix64: small, fast, good enough for test data.
 pub struct Rng(u64);
 

@@ -345,6 +345,8 @@ fn attention_bench(
     let pos: Vec<i32> = (0..n_ctx as i32).collect();
     let all = host_i32(&pos)?;
     let last = host_i32(&[n_ctx as i32 - 1])?;
+    // Every query sees every key: an encoder's attention.
+    let full = host_i32(&vec![n_ctx as i32 - 1; n_ctx])?;
     let table = host_i32(&[0])?;
     let base = host_i32(&vec![0; n_ctx])?;
     let at = |positions| CacheAddressing {
@@ -367,12 +369,21 @@ fn attention_bench(
         softcap: 0.0,
         window: 0,
     };
-    for (n, positions) in [(n_ctx, &all), (1, &last)] {
+    let coop = combs::ops::attention::coop_layout(ctx, shape.head_dim).is_some();
+    for (n, positions, kind) in [
+        (n_ctx, &all, "causal"),
+        (n_ctx, &full, "full"),
+        (1, &last, "causal"),
+    ] {
         for variant in [
             AttentionVariant::Rows,
             AttentionVariant::Tiled,
             AttentionVariant::Blocks,
+            AttentionVariant::Coop,
         ] {
+            if variant == AttentionVariant::Coop && !coop {
+                continue;
+            }
             let us = time(ctx, 8, |rec, _| {
                 let call = AttentionCall {
                     q: Mat::new(&q, n, qw),
@@ -391,12 +402,28 @@ fn attention_bench(
             })?;
             writeln!(
                 out,
-                "attention {:?} heads {}/{} dim {}: {n} queries over {n_ctx} positions: {us:.1} us",
-                variant, shape.n_head, shape.n_head_kv, shape.head_dim
+                "attention {:?} heads {}/{} dim {}: {n} queries over {n_ctx} positions ({kind}): \
+                 {us:.1} us ({:.2} TFLOP/s)",
+                variant,
+                shape.n_head,
+                shape.n_head_kv,
+                shape.head_dim,
+                attention_flops(n, n_ctx, shape, kind == "causal") / us / 1e6
             )?;
         }
     }
     Ok(())
+}
+
+/// Multiply-adds (×2) of the scores and the weighted values of `n` queries
+/// over `n_ctx` keys, the last `n` of them when causal.
+fn attention_flops(n: usize, n_ctx: usize, shape: AttentionShape, causal: bool) -> f64 {
+    let pairs: f64 = if causal {
+        (0..n).map(|i| (n_ctx - n + i + 1) as f64).sum()
+    } else {
+        (n * n_ctx) as f64
+    };
+    4.0 * pairs * (shape.n_head * shape.head_dim) as f64
 }
 
 /// The matvecs of `layers` layers of `cfg` chained as a decode step chains

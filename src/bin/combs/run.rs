@@ -73,6 +73,10 @@ pub struct RunArgs {
     /// images go before the prompt text.
     #[arg(long = "image", value_name = "FILE")]
     images: Vec<PathBuf>,
+    /// Also encode each image's first submission of tiles with GPU
+    /// timestamps and print each kind of step's device time.
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Runs `combs run`.
@@ -90,7 +94,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         .map(|path| load_vision(&model, path, &args.model.load_options()))
         .transpose()?;
     let images = match &vision {
-        Some(v) => encode_images(v, &args.images)?,
+        Some(v) => encode_images(v, &args.images, args.profile)?,
         None => Vec::new(),
     };
     let tok = model.tokenizer();
@@ -192,7 +196,11 @@ fn load_vision(
 }
 
 /// Decodes and encodes each image, printing its tiles and times.
-fn encode_images(vision: &VisionModel, paths: &[PathBuf]) -> Result<Vec<EncodedImage>, CliError> {
+fn encode_images(
+    vision: &VisionModel,
+    paths: &[PathBuf],
+    profile: bool,
+) -> Result<Vec<EncodedImage>, CliError> {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     paths
         .iter()
@@ -216,7 +224,28 @@ fn encode_images(vision: &VisionModel, paths: &[PathBuf]) -> Result<Vec<EncodedI
                 ms(image.encode_time) / image.n_tiles().max(1) as f64,
                 image.n_embeddings()
             );
+            if profile {
+                let (times, k) = vision.profile_encode(&rgb).map_err(file_err)?;
+                print_profile(&times, k);
+            }
             Ok(image)
         })
         .collect()
+}
+
+/// Prints an encoder profile: each kind of step's device time, largest first.
+fn print_profile(times: &[(String, f64)], tiles: usize) {
+    let total: f64 = times.iter().map(|(_, ns)| ns).sum();
+    eprintln!(
+        "encoder profile ({tiles} tiles in one submission): device {:.3} ms ({:.3} ms/tile)",
+        total / 1e6,
+        total / 1e6 / tiles.max(1) as f64
+    );
+    for (label, ns) in times {
+        eprintln!(
+            "  {:>9.3} ms {:>5.1}%  {label}",
+            ns / 1e6,
+            100.0 * ns / total.max(1.0)
+        );
+    }
 }

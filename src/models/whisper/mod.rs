@@ -389,7 +389,7 @@ impl WhisperModel {
         let model = WhisperModel {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
-            planner: opts.planner(),
+            planner: opts.planner_for(ctx)?,
             hparams: hp,
             mel_filters: src.mel_filters().to_vec(),
             vocab: src.vocab().clone(),

@@ -81,6 +81,17 @@ impl CoopTile {
         bk: 64,
         skinny: false,
     };
+    /// 128 × 128 with eight subgroups of 32 rows × 64 tokens each: encoders
+    /// and long prompts of narrow weights.
+    pub const TALL: CoopTile = CoopTile {
+        wm: 4,
+        wn: 2,
+        wk: 1,
+        tm: 2,
+        tn: 4,
+        bk: 64,
+        skinny: false,
+    };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
         wm: 2,
@@ -140,8 +151,16 @@ impl CoopTile {
 
     /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
     /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
-    /// weights where its workgroups fill whole waves ([`full_waves`]), 64 × 64
-    /// for other weights of 1024+ rows, the 32-row tile for smaller ones.
+    /// weights where its workgroups fill whole waves ([`full_waves`]) and for
+    /// narrower ones at 1024+ tokens where they make four waves or more
+    /// ([`many_waves`]), 64 × 64 for other weights of 1024+ rows or at 512+
+    /// tokens, the 32-row tile for smaller ones. On the H200, SmolLM2-135M's
+    /// f16 weights at 13312 tokens (a 13-tile image's vision encoder):
+    /// 59-76 TFLOP/s with [`CoopTile::TALL`], 19-77 with [`CoopTile::BIG`]
+    /// (19 on Q/K/V with the rope folded in), 30-64 with 64 × 64, 10-21
+    /// with the 32-row tile; at 1536 tokens 35-56 with 64 × 64, 17-20 with
+    /// the 32-row tile (`combs kernel-bench --preset smollm2-135m --type
+    /// f16 --tokens 1536,13312 --coop-tiles ...`).
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
         if n <= super::SKINNY_MAX_TOKENS {
@@ -189,10 +208,15 @@ impl CoopTile {
         }
         let big = CoopTile::BIG;
         let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
+        let mid = CoopTile::MID;
         if n > 64 && rows >= 4096 && cols >= 4096 && fits(&big) && full_waves(ctx, big_groups) {
             big
-        } else if rows >= 1024 {
-            CoopTile::MID
+        } else if n >= 1024 && fits(&CoopTile::TALL) && many_waves(ctx, big_groups) {
+            // Encoders (a vision encoder's tiles, Whisper's window) and long
+            // prompts: narrow weights, but tokens enough for big tiles.
+            CoopTile::TALL
+        } else if rows >= 1024 || n >= 512 {
+            mid
         } else {
             CoopTile::SKINNY_WIDE
         }
@@ -255,6 +279,12 @@ fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
     };
     let waves = groups as f64 / f64::from(sms.max(1));
     waves / waves.ceil() >= 0.85 || waves >= 4.0
+}
+
+/// Whether `groups` workgroups make four waves or more (on the device's SMs
+/// where the driver says, otherwise as on a GPU of 128).
+fn many_waves(ctx: &GpuContext, groups: usize) -> bool {
+    groups >= 4 * ctx.caps().sm_count.unwrap_or(128) as usize
 }
 
 /// What a cooperative epilogue folds into the stores: the gate's
