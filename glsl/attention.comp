@@ -18,7 +18,8 @@
 // sequence) the kernel also stores each token's new K/V rows into the cache:
 // the first query head of each KV group writes them, and every head takes
 // the key and value at its own position from the f32 source, rounded to f16
-// exactly as stored, so no workgroup reads a cache row another one writes.
+// exactly as stored, so no workgroup reads a cache row another one writes
+// (keys clamped to pos too).
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -100,21 +101,34 @@ void main() {
     float m = -1.0 / 0.0;
     float l = 0.0;
     // Every invocation of a key group runs the same iterations (shuffles).
-    // UK keys per iteration (j, j + G, ...): their loads are independent and
-    // go out together; keys past pos are read clamped and weighted 0.
+    // UK keys per iteration (j, j + G, ...): their key and value loads are
+    // independent of each other and of the arithmetic, and all go out
+    // before the first dot product, so an iteration waits for memory once.
+    // Keys past pos are read clamped to it and weighted 0; a clamped or
+    // real key at pos of a storing call comes from the f32 source.
     for (int j0 = lo + int(g); j0 <= pos; j0 += int(G * UK)) {
-        float s[UK];
-        uint row[UK];
-        bool own[UK];
+        uint kw[UK][DPL / 2u];
+        uint vw[UK][DPL / 2u];
         [[unroll]] for (uint u = 0u; u < UK; u++) {
-            const int j = j0 + int(u * G);
-            own[u] = fused && j == pos;
-            row[u] = kv_slot(base, min(j, pos), p.page_size, p.ring) * kv_row_words + head_word;
+            const int j = min(j0 + int(u * G), pos);
+            if (fused && j == pos) {
+                [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
+                    kw[u][i / 2u] = packHalf2x16(vec2(data_kn[kn + d0 + i], data_kn[kn + d0 + i + 1u]));
+                    vw[u][i / 2u] = packHalf2x16(vec2(data_vn[vn + d0 + i], data_vn[vn + d0 + i + 1u]));
+                }
+            } else {
+                const uint row = kv_slot(base, j, p.page_size, p.ring) * kv_row_words + head_word;
+                [[unroll]] for (uint i = 0u; i < DPL / 2u; i++) {
+                    kw[u][i] = data_k[row + i];
+                    vw[u][i] = data_v[row + i];
+                }
+            }
+        }
+        float s[UK];
+        [[unroll]] for (uint u = 0u; u < UK; u++) {
             float dot_ = 0.0;
             [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-                const vec2 k = own[u]
-                    ? unpackHalf2x16(packHalf2x16(vec2(data_kn[kn + d0 + i], data_kn[kn + d0 + i + 1u])))
-                    : unpackHalf2x16(data_k[row[u] + i / 2u]);
+                const vec2 k = unpackHalf2x16(kw[u][i / 2u]);
                 dot_ += q[i] * k.x + q[i + 1u] * k.y;
             }
             [[unroll]] for (uint off = 1u; off < DS; off <<= 1) {
@@ -124,7 +138,7 @@ void main() {
             if (p.softcap > 0.0) {
                 sc = p.softcap * tanh(sc / p.softcap);
             }
-            s[u] = j <= pos ? sc : -1.0 / 0.0;
+            s[u] = j0 + int(u * G) <= pos ? sc : -1.0 / 0.0;
         }
         float m_new = m;
         [[unroll]] for (uint u = 0u; u < UK; u++) {
@@ -139,9 +153,7 @@ void main() {
             const float w = exp(s[u] - m_new);
             l += w;
             [[unroll]] for (uint i = 0u; i < DPL; i += 2u) {
-                const vec2 v = own[u]
-                    ? unpackHalf2x16(packHalf2x16(vec2(data_vn[vn + d0 + i], data_vn[vn + d0 + i + 1u])))
-                    : unpackHalf2x16(data_v[row[u] + i / 2u]);
+                const vec2 v = unpackHalf2x16(vw[u][i / 2u]);
                 acc[i] += w * v.x;
                 acc[i + 1u] += w * v.y;
             }
