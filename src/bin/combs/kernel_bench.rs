@@ -386,6 +386,7 @@ fn attention_bench(
                     shape,
                     opts,
                     variant: Some(variant),
+                    split: None,
                 };
                 record_attention(rec, &call)
             })?;

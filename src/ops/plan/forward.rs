@@ -230,6 +230,7 @@ impl<'r, 'a> Forward<'r, 'a> {
                 window: a.window,
             },
             variant: None,
+            split: None,
         };
         self.kernels().attention(self.rec, &call)?;
         self.residual(b.attn_out, input_of(out), b.post_attn_norm)?;
