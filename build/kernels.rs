@@ -181,6 +181,17 @@ pub fn kernels() -> Vec<KernelDef> {
         "attention.comp",
         &[("O_F16", "1")],
     ));
+    // Decode with each (token, head)'s keys split over several workgroups.
+    k.push(def(
+        "attention_split_f16_f32",
+        "attention.comp",
+        &[("ATTN_SPLIT", "1")],
+    ));
+    k.push(def(
+        "attention_split_f16_f16",
+        "attention.comp",
+        &[("ATTN_SPLIT", "1"), ("O_F16", "1")],
+    ));
     k.push(def("attention_rows_f16_f32", "attention_rows.comp", &[]));
     k.push(def(
         "attention_blocks_f16_f32",

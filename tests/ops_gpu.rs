@@ -6,10 +6,10 @@ mod common;
 
 use std::sync::Arc;
 
-use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, upload_new};
+use combs::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording, Uploader, upload_new};
 use combs::ops::attention::{
-    AttentionCall, AttentionOptions, AttentionShape, AttentionVariant, NewKv, NewRows,
-    attention_ref, coop_layout, record_attention,
+    AttentionCall, AttentionOptions, AttentionScratch, AttentionShape, AttentionVariant, KeySplit,
+    MAX_KEY_SPLITS, NewKv, NewRows, attention_ref, coop_layout, key_splits, record_attention,
 };
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, GluCall, GluInput, act_ref, record_glu};
@@ -1095,6 +1095,7 @@ fn check_attention_variant(
             shape,
             opts,
             variant: Some(variant),
+            split: None,
         };
         record_attention(rec, &call).expect("attention");
     });
@@ -1304,6 +1305,7 @@ fn attention_decode_storing_equals_store_then_attend() {
             shape,
             opts,
             variant,
+            split: None,
         };
         run(&ctx, |rec| {
             let (k, v) = &caches[0];
@@ -1357,6 +1359,508 @@ fn attention_decode_storing_equals_store_then_attend() {
                 ["K", "V"][pick]
             );
         }
+    }
+}
+
+/// Sequences of a paged cache for the split decode tests: each one's pages,
+/// handed out in a shuffled order.
+struct PagedSeqs {
+    page: usize,
+    n_pages: usize,
+    table: Vec<i32>,
+    base: Vec<i32>,
+}
+
+impl PagedSeqs {
+    fn new(rng: &mut Rng, lens: &[usize], page: usize) -> Self {
+        let n_pages = lens.iter().map(|&n| n.div_ceil(page)).sum::<usize>() + 2;
+        let mut free: Vec<i32> = (0..n_pages as i32).collect();
+        for i in (1..free.len()).rev() {
+            free.swap(i, rng.below(i + 1));
+        }
+        let (mut table, mut base) = (Vec::new(), Vec::new());
+        for &n in lens {
+            base.push(table.len() as i32);
+            for _ in 0..n.div_ceil(page) {
+                table.push(free.pop().expect("pages"));
+            }
+        }
+        PagedSeqs {
+            page,
+            n_pages,
+            table,
+            base,
+        }
+    }
+
+    /// The cache row of position `j` of sequence `i`.
+    fn slot(&self, i: usize, j: usize) -> usize {
+        self.table[self.base[i] as usize + j / self.page] as usize * self.page + j % self.page
+    }
+}
+
+/// The f64 reference of one decode token per sequence: row i of `q` over
+/// sequence i's keys and values (rows of `n_head_kv × head_dim`) at
+/// positions `0..=pos[i]`, rounded to f16 as the cache holds them.
+fn decode_ref(
+    q: &[f32],
+    keys: &[Vec<f32>],
+    values: &[Vec<f32>],
+    pos: &[usize],
+    shape: AttentionShape,
+    opts: AttentionOptions,
+) -> Vec<f32> {
+    let hd = shape.head_dim;
+    let (width, qw) = (shape.n_head_kv * hd, shape.n_head * hd);
+    let group = shape.n_head / shape.n_head_kv;
+    let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| f16::from_f32(x).to_f32()).collect() };
+    let mut want = Vec::new();
+    for (i, &p) in pos.iter().enumerate() {
+        let (kh, vh) = (
+            round(&keys[i][..(p + 1) * width]),
+            round(&values[i][..(p + 1) * width]),
+        );
+        for h in 0..shape.n_head {
+            let c = (h / group) * hd;
+            let ks: Vec<&[f32]> = (0..=p)
+                .map(|j| &kh[j * width + c..j * width + c + hd])
+                .collect();
+            let vs: Vec<&[f32]> = (0..=p)
+                .map(|j| &vh[j * width + c..j * width + c + hd])
+                .collect();
+            want.extend(attention_ref(
+                &q[i * qw + h * hd..i * qw + (h + 1) * hd],
+                &ks,
+                &vs,
+                p,
+                opts,
+            ));
+        }
+    }
+    want
+}
+
+/// One decode token per sequence (`past[i]` keys before it) over a paged
+/// cache, each (token, head)'s keys split `n_split` ways, against the f64
+/// reference: the new rows stored by kv_store first or, with
+/// `in_kernel`, by the kernel itself (its cache rows then the new rows in
+/// f16); f32 or f16 output. Returns the output.
+fn check_split_decode(
+    seed: u64,
+    n_split: usize,
+    past: &[usize],
+    shape: AttentionShape,
+    opts: AttentionOptions,
+    in_kernel: bool,
+    f16_out: bool,
+) -> Vec<f32> {
+    let ctx = gpu();
+    let mut rng = Rng::seeded(seed);
+    let (hd, nt) = (shape.head_dim, past.len());
+    let (width, qw) = (shape.n_head_kv * hd, shape.n_head * hd);
+    let lens: Vec<usize> = past.iter().map(|&n| n + 1).collect();
+    let seqs = PagedSeqs::new(&mut rng, &lens, 8);
+    let keys: Vec<Vec<f32>> = lens.iter().map(|&n| rng.normals(n * width, 1.0)).collect();
+    let values: Vec<Vec<f32>> = lens.iter().map(|&n| rng.normals(n * width, 1.0)).collect();
+    let q = rng.normals(nt * qw, 1.0);
+    let bytes = (seqs.n_pages * seqs.page * width * 2) as u64;
+    let kc = Buffer::new(&ctx, bytes, MemoryKind::Readback, "k").expect("k");
+    let vc = Buffer::new(&ctx, bytes, MemoryKind::Readback, "v").expect("v");
+    let (mut old_pos, mut old_base, mut old_k, mut old_v) = (vec![], vec![], vec![], vec![]);
+    for (i, &n) in past.iter().enumerate() {
+        for j in 0..n {
+            old_pos.push(j as i32);
+            old_base.push(seqs.base[i]);
+        }
+        old_k.extend_from_slice(&keys[i][..n * width]);
+        old_v.extend_from_slice(&values[i][..n * width]);
+    }
+    let row = |m: &[Vec<f32>], i: usize| m[i][past[i] * width..(past[i] + 1) * width].to_vec();
+    let new_k: Vec<f32> = (0..nt).flat_map(|i| row(&keys, i)).collect();
+    let new_v: Vec<f32> = (0..nt).flat_map(|i| row(&values, i)).collect();
+    let n_old = old_pos.len();
+    let table = host_i32(&ctx, &seqs.table);
+    let (op, ob) = (host_i32(&ctx, &old_pos), host_i32(&ctx, &old_base));
+    let new_pos: Vec<i32> = past.iter().map(|&n| n as i32).collect();
+    let (np, nb) = (host_i32(&ctx, &new_pos), host_i32(&ctx, &seqs.base));
+    let (okb, ovb) = (device_f32(&ctx, &old_k), device_f32(&ctx, &old_v));
+    let (nkb, nvb, qb) = (
+        device_f32(&ctx, &new_k),
+        device_f32(&ctx, &new_v),
+        device_f32(&ctx, &q),
+    );
+    let at_old = CacheAddressing {
+        positions: &op,
+        page_table: &table,
+        seq_base: &ob,
+        page_size: seqs.page,
+        ring: 0,
+    };
+    let at = CacheAddressing {
+        positions: &np,
+        seq_base: &nb,
+        ..at_old
+    };
+    let new = NewRows {
+        k: Mat::new(&nkb, nt, width),
+        v: Mat::new(&nvb, nt, width),
+    };
+    let scratch = AttentionScratch::new(&ctx, nt * shape.n_head * n_split, hd).expect("scratch");
+    let out = readback(&ctx, nt * qw);
+    run(&ctx, |rec| {
+        if n_old > 0 {
+            store(rec, Mat::new(&okb, n_old, width), &kc, at_old);
+            store(rec, Mat::new(&ovb, n_old, width), &vc, at_old);
+        }
+        let new_kv = if in_kernel {
+            NewKv::StoreInKernel(new)
+        } else {
+            store(rec, new.k, &kc, at);
+            store(rec, new.v, &vc, at);
+            NewKv::Stored
+        };
+        let call = AttentionCall {
+            q: Mat::new(&qb, nt, qw),
+            out: if f16_out {
+                AnyMat::F16(Mat::new(&out, nt, qw))
+            } else {
+                AnyMat::F32(Mat::new(&out, nt, qw))
+            },
+            kv: LayerKv { k: &kc, v: &vc, at },
+            new: new_kv,
+            shape,
+            opts,
+            variant: Some(AttentionVariant::Tiled),
+            split: Some(KeySplit {
+                scratch: &scratch,
+                n: Some(n_split),
+                max_keys: None,
+            }),
+        };
+        record_attention(rec, &call).expect("split attention");
+    });
+    let got = if f16_out {
+        read_f16(&out, nt * qw)
+    } else {
+        read(&out, nt * qw)
+    };
+    let want = decode_ref(&q, &keys, &values, past, shape, opts);
+    let e = rel_err(&got, &want);
+    let bound = if f16_out { 1e-3 } else { 1e-4 };
+    assert!(
+        e < bound,
+        "{n_split} splits, past {past:?}, {shape:?} {opts:?}, in kernel {in_kernel}, \
+         f16 {f16_out}: {e}"
+    );
+    if in_kernel {
+        for (cache, src) in [(&kc, &new_k), (&vc, &new_v)] {
+            for i in 0..nt {
+                let mut h = vec![0u16; width];
+                let at = (seqs.slot(i, past[i]) * width * 2) as u64;
+                cache.read_slice(at, &mut h).expect("read cache");
+                let want: Vec<u16> = src[i * width..(i + 1) * width]
+                    .iter()
+                    .map(|&x| f16::from_f32(x).to_bits())
+                    .collect();
+                assert_eq!(h, want, "{n_split} splits: sequence {i}'s new row");
+            }
+        }
+    }
+    got
+}
+
+/// The decode kernel with each (token, head)'s keys split over 2, 3, 8 and
+/// 16 workgroups: several sequences of a paged cache (GQA), contexts
+/// shorter than the split count (splits without keys) and of hundreds of
+/// keys.
+#[test]
+fn attention_split_decode_matches_ref() {
+    let mut rng = Rng::fresh("attention_split");
+    let shape = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let opts = AttentionOptions {
+        scale: 0.125,
+        softcap: 0.0,
+        window: 0,
+    };
+    for n in [2, 3, 8, 16] {
+        check_split_decode(
+            rng.next_u64(),
+            n,
+            &[0, 5, 450, 37],
+            shape,
+            opts,
+            false,
+            false,
+        );
+        check_split_decode(rng.next_u64(), n, &[700], shape, opts, false, false);
+        check_split_decode(rng.next_u64(), n, &[2], shape, opts, false, false);
+    }
+}
+
+/// Split decode with a sliding window (contexts inside and past it),
+/// soft-capping with 256-wide heads, and an odd head width.
+#[test]
+fn attention_split_window_softcap_and_wide_heads_match_ref() {
+    let mut rng = Rng::fresh("attention_split_window");
+    let gqa = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let wide = AttentionShape {
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 256,
+    };
+    let odd = AttentionShape {
+        n_head: 3,
+        n_head_kv: 3,
+        head_dim: 96,
+    };
+    let opts = |scale, softcap, window| AttentionOptions {
+        scale,
+        softcap,
+        window,
+    };
+    for n in [2, 3, 8, 16] {
+        let cases = [
+            (gqa, opts(0.125, 0.0, 50), vec![3usize, 300, 49, 50]),
+            (gqa, opts(0.125, 0.0, 7), vec![400, 1]),
+            (wide, opts(0.0625, 20.0, 0), vec![10, 260]),
+            (odd, opts(0.1, 0.0, 0), vec![65, 1, 333]),
+        ];
+        for (shape, o, past) in cases {
+            check_split_decode(rng.next_u64(), n, &past, shape, o, false, false);
+        }
+    }
+}
+
+/// Split decode storing the new rows itself (only split 0 of the first
+/// head of each KV group writes them; every split takes the key at its
+/// token's position from the f32 source): the reference's result, the new
+/// rows in the cache, and bit for bit the output of the same split reading
+/// rows kv_store wrote; its f16 output the f32 one rounded once.
+#[test]
+fn attention_split_storing_matches_ref_and_store_then_attend() {
+    let mut rng = Rng::fresh("attention_split_storing");
+    let shape = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    for window in [0usize, 9] {
+        let opts = AttentionOptions {
+            scale: 0.125,
+            softcap: 0.0,
+            window,
+        };
+        for n in [2, 3, 8, 16] {
+            let seed = rng.next_u64();
+            let past = [0usize, 7, 13, 300];
+            let a = check_split_decode(seed, n, &past, shape, opts, true, false);
+            let b = check_split_decode(seed, n, &past, shape, opts, false, false);
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{n} splits, window {window}: storing differs");
+            // f16 output: each value the f32 one rounded once.
+            let h = check_split_decode(seed, n, &past, shape, opts, true, true);
+            let want: Vec<f32> = a.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+            assert_eq!(h, want, "{n} splits, window {window}: f16 output");
+        }
+    }
+}
+
+/// One recording replayed for several decode steps as every sequence
+/// grows (positions and new rows written by the host between replays):
+/// each step matches the reference, so every dispatch leaves its counters
+/// at zero for the next — two calls of the recording with different split
+/// counts sharing one scratch included (the first storing the new rows,
+/// the second reading them back).
+#[test]
+fn attention_split_replay_growing_context_matches_ref() {
+    let ctx = gpu();
+    let mut rng = Rng::fresh("attention_split_replay");
+    let shape = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let opts = AttentionOptions {
+        scale: 0.125,
+        softcap: 0.0,
+        window: 0,
+    };
+    let (hd, steps) = (shape.head_dim, 6usize);
+    let (width, qw) = (shape.n_head_kv * hd, shape.n_head * hd);
+    let start = [1usize, 40, 200];
+    let nt = start.len();
+    let lens: Vec<usize> = start.iter().map(|&n| n + steps).collect();
+    let seqs = PagedSeqs::new(&mut rng, &lens, 8);
+    let keys: Vec<Vec<f32>> = lens.iter().map(|&n| rng.normals(n * width, 1.0)).collect();
+    let values: Vec<Vec<f32>> = lens.iter().map(|&n| rng.normals(n * width, 1.0)).collect();
+    let bytes = (seqs.n_pages * seqs.page * width * 2) as u64;
+    let kc = Buffer::new(&ctx, bytes, MemoryKind::Device, "k").expect("k");
+    let vc = Buffer::new(&ctx, bytes, MemoryKind::Device, "v").expect("v");
+    let table = host_i32(&ctx, &seqs.table);
+    // The rows before the first step, through kv_store.
+    let (mut old_pos, mut old_base, mut old_k, mut old_v) = (vec![], vec![], vec![], vec![]);
+    for (i, &n) in start.iter().enumerate() {
+        for j in 0..n {
+            old_pos.push(j as i32);
+            old_base.push(seqs.base[i]);
+        }
+        old_k.extend_from_slice(&keys[i][..n * width]);
+        old_v.extend_from_slice(&values[i][..n * width]);
+    }
+    let (op, ob) = (host_i32(&ctx, &old_pos), host_i32(&ctx, &old_base));
+    let at_old = CacheAddressing {
+        positions: &op,
+        page_table: &table,
+        seq_base: &ob,
+        page_size: seqs.page,
+        ring: 0,
+    };
+    let (okb, ovb) = (device_f32(&ctx, &old_k), device_f32(&ctx, &old_v));
+    run(&ctx, |rec| {
+        store(rec, Mat::new(&okb, old_pos.len(), width), &kc, at_old);
+        store(rec, Mat::new(&ovb, old_pos.len(), width), &vc, at_old);
+    });
+    // Each step's inputs, written by the host before its replay.
+    let upload = |floats: usize| {
+        Buffer::new(&ctx, (4 * floats) as u64, MemoryKind::Upload, "step input").expect("buffer")
+    };
+    let (posb, qb, nkb, nvb) = (
+        upload(nt),
+        upload(nt * qw),
+        upload(nt * width),
+        upload(nt * width),
+    );
+    let nb = host_i32(&ctx, &seqs.base);
+    let at = CacheAddressing {
+        positions: &posb,
+        seq_base: &nb,
+        ..at_old
+    };
+    let scratch = AttentionScratch::new(&ctx, nt * shape.n_head * 8, hd).expect("scratch");
+    let outs = [readback(&ctx, nt * qw), readback(&ctx, nt * qw)];
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    for (out, n, new) in [
+        (
+            &outs[0],
+            8,
+            NewKv::StoreInKernel(NewRows {
+                k: Mat::new(&nkb, nt, width),
+                v: Mat::new(&nvb, nt, width),
+            }),
+        ),
+        (&outs[1], 3, NewKv::Stored),
+    ] {
+        let call = AttentionCall {
+            q: Mat::new(&qb, nt, qw),
+            out: AnyMat::F32(Mat::new(out, nt, qw)),
+            kv: LayerKv { k: &kc, v: &vc, at },
+            new,
+            shape,
+            opts,
+            variant: Some(AttentionVariant::Tiled),
+            split: Some(KeySplit {
+                scratch: &scratch,
+                n: Some(n),
+                max_keys: None,
+            }),
+        };
+        record_attention(&mut rec, &call).expect("split attention");
+    }
+    rec.finish().expect("finish");
+    for t in 0..steps {
+        let pos: Vec<usize> = start.iter().map(|&s| s + t).collect();
+        let row = |m: &[Vec<f32>], i: usize| m[i][pos[i] * width..(pos[i] + 1) * width].to_vec();
+        let q = rng.normals(nt * qw, 1.0);
+        let pos_i32: Vec<i32> = pos.iter().map(|&p| p as i32).collect();
+        posb.write_slice(0, &pos_i32).expect("positions");
+        qb.write_slice(0, &q).expect("queries");
+        let new_k: Vec<f32> = (0..nt).flat_map(|i| row(&keys, i)).collect();
+        let new_v: Vec<f32> = (0..nt).flat_map(|i| row(&values, i)).collect();
+        nkb.write_slice(0, &new_k).expect("keys");
+        nvb.write_slice(0, &new_v).expect("values");
+        rec.submit_and_wait().expect("replay");
+        let want = decode_ref(&q, &keys, &values, &pos, shape, opts);
+        for (out, n) in outs.iter().zip([8, 3]) {
+            let e = rel_err(&read(out, nt * qw), &want);
+            assert!(e < 1e-4, "step {t}, {n} splits: {e}");
+        }
+    }
+}
+
+/// Splits are the tiled kernel's, at most MAX_KEY_SPLITS, within the
+/// scratch: anything else is an error, never a dispatch; CPU devices pick
+/// none by themselves.
+#[test]
+fn attention_split_out_of_reach_is_an_error() {
+    let ctx = gpu();
+    let shape = AttentionShape {
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let opts = AttentionOptions {
+        scale: 0.125,
+        softcap: 0.0,
+        window: 0,
+    };
+    let (qw, width) = (4 * 64, 2 * 64);
+    let q = device_f32(&ctx, &vec![0.5; qw]);
+    let (kc, vc) = (
+        Buffer::new(&ctx, (16 * width * 2) as u64, MemoryKind::Device, "k").expect("k"),
+        Buffer::new(&ctx, (16 * width * 2) as u64, MemoryKind::Device, "v").expect("v"),
+    );
+    let (pos, table, base) = (
+        host_i32(&ctx, &[3]),
+        host_i32(&ctx, &[0]),
+        host_i32(&ctx, &[0]),
+    );
+    let out = readback(&ctx, qw);
+    let scratch = AttentionScratch::new(&ctx, 4 * 8, 64).expect("scratch");
+    let mut rec = Recording::new(&ctx, false).expect("recording");
+    let cases = [
+        (AttentionVariant::Rows, Some(2)),
+        (AttentionVariant::Tiled, Some(16)),
+        (AttentionVariant::Tiled, Some(MAX_KEY_SPLITS + 1)),
+    ];
+    for (variant, n) in cases {
+        let call = AttentionCall {
+            q: Mat::new(&q, 1, qw),
+            out: AnyMat::F32(Mat::new(&out, 1, qw)),
+            kv: LayerKv {
+                k: &kc,
+                v: &vc,
+                at: CacheAddressing {
+                    positions: &pos,
+                    page_table: &table,
+                    seq_base: &base,
+                    page_size: 16,
+                    ring: 0,
+                },
+            },
+            new: NewKv::Stored,
+            shape,
+            opts,
+            variant: Some(variant),
+            split: Some(KeySplit {
+                scratch: &scratch,
+                n,
+                max_keys: None,
+            }),
+        };
+        let r = record_attention(&mut rec, &call);
+        assert!(r.is_err(), "{variant:?} with {n:?} splits recorded");
+    }
+    assert_eq!(rec.n_dispatches(), 0);
+    if ctx.caps().class() == DeviceClass::Cpu {
+        assert_eq!(key_splits(&ctx, 1, 64, Some(1 << 20)), 1);
     }
 }
 
@@ -1450,6 +1954,7 @@ fn attention_blocks_across_sequences_match_rows() {
                     shape,
                     opts,
                     variant: Some(v),
+                    split: None,
                 };
                 record_attention(rec, &call).expect("attention");
             });

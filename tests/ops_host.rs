@@ -510,6 +510,7 @@ fn host_attention_over_pages_matches_ref() {
                 shape,
                 opts,
                 variant: None,
+                split: None,
             };
             HOST.attention(rec, &call).expect("attention");
         });

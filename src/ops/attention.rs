@@ -1,15 +1,19 @@
 //! `attention`: causal (optionally sliding-window, optionally soft-capped)
 //! grouped-query attention over an f16 KV cache read through a page table,
 //! with an online softmax so the score matrix is never stored; the decode
-//! kernel can also store the call's new K/V rows itself. Numerics follow
+//! kernel can also store the call's new K/V rows itself, and split each
+//! head's keys over several workgroups where few heads would leave a GPU
+//! idle (flash-decoding, [`KeySplit`]). Numerics follow
 //! llama.cpp's `ggml_soft_max_ext` over `scale * q·k` (with `ggml_tanh`
 //! soft-capping).
+
+use std::sync::Arc;
 
 use super::kv_store::{KvStoreCall, LayerKv, record_kv_store};
 use super::params::AttentionParams;
 use super::{AnyMat, Mat, kernel_subgroup, pc_u32};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Binding, Kernel, Recording, groups_1d};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording, groups_1d};
 
 /// Head geometry of an attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -160,6 +164,123 @@ fn keys_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> (u32, u32) {
     (wg.max(ds), ds)
 }
 
+/// Most workgroups one (token, head) of the decode kernel is split over:
+/// the split that finishes last reads every other split's partial, so more
+/// splits than this cost more in the merge than they save in the walk.
+pub const MAX_KEY_SPLITS: usize = 64;
+
+/// Workgroups the split decode kernel aims to give the device: two per SM
+/// where the driver says how many there are, otherwise 256 (two per SM of a
+/// typical large discrete GPU).
+fn split_target(ctx: &GpuContext) -> usize {
+    ctx.caps().sm_count.map_or(256, |n| 2 * n as usize)
+}
+
+/// Workgroups each (token, head) of a decode call is split over: enough
+/// that `pairs` (token, head) pairs fill the device
+/// ([`split_target`]), no more than `max_keys` keys (where the caller
+/// knows them) make whole iterations of the kernel's workgroup, and at most
+/// [`MAX_KEY_SPLITS`]. One (the kernel without splits) on CPU devices,
+/// where workgroups do not run side by side in numbers, and where the
+/// pairs fill the device already.
+pub fn key_splits(
+    ctx: &GpuContext,
+    pairs: usize,
+    head_dim: usize,
+    max_keys: Option<usize>,
+) -> usize {
+    if super::is_cpu(ctx) || pairs == 0 {
+        return 1;
+    }
+    let mut n = split_target(ctx) / pairs;
+    if let Some(keys) = max_keys {
+        n = n.min(keys.div_ceil(keys_per_iteration(ctx, head_dim)));
+    }
+    n.clamp(1, MAX_KEY_SPLITS)
+}
+
+/// Keys one iteration of the decode kernel's workgroup covers: the chunk a
+/// split's keys are rounded to.
+fn keys_per_iteration(ctx: &GpuContext, head_dim: usize) -> usize {
+    let (wg, ds) = keys_split(ctx, head_dim);
+    ((wg / ds) * DECODE_KEYS_IN_FLIGHT) as usize
+}
+
+/// What the split decode kernel needs beyond a call's operands, owned by
+/// whoever records the calls (the planner's workspace): each split's
+/// partial softmax, and per (token, head) a count of the splits done, zero
+/// between dispatches (the last split sets it back). Clones share the
+/// buffers; calls sharing them must be ordered, as the calls of one
+/// recording are.
+#[derive(Clone, Debug)]
+pub struct AttentionScratch {
+    /// One u32 per (token, head), zero-filled at creation.
+    counters: Arc<Buffer>,
+    /// `head_dim + 2` floats per (token, head, split).
+    partials: Arc<Buffer>,
+}
+
+impl AttentionScratch {
+    /// Scratch for calls of up to `triples` (token, head, split) workgroups
+    /// of heads of up to `head_dim` floats.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn new(ctx: &Arc<GpuContext>, triples: usize, head_dim: usize) -> Result<Self> {
+        let triples = triples.max(1);
+        Ok(AttentionScratch {
+            // Zero: the kernel counts from what it finds.
+            counters: Buffer::zeroed(
+                ctx,
+                4 * triples as u64,
+                MemoryKind::Device,
+                "attention split counters",
+            )?,
+            partials: Buffer::new(
+                ctx,
+                (4 * triples * (head_dim + 2)) as u64,
+                MemoryKind::Device,
+                "attention split partials",
+            )?,
+        })
+    }
+
+    /// Scratch for every decode call [`key_splits`] may split on this
+    /// device, heads of up to `head_dim` floats: the splits it picks never
+    /// make more workgroups than its target; a 4-byte stub on CPU devices,
+    /// where it picks none.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn for_decode(ctx: &Arc<GpuContext>, head_dim: usize) -> Result<Self> {
+        if super::is_cpu(ctx) {
+            return Self::new(ctx, 1, 0);
+        }
+        Self::new(ctx, split_target(ctx), head_dim)
+    }
+
+    /// Whether a call of `pairs` (token, head) pairs of `head_dim` floats
+    /// split `n` ways fits.
+    fn holds(&self, pairs: usize, n: usize, head_dim: usize) -> bool {
+        pairs * 4 <= self.counters.size() as usize
+            && pairs * n * (head_dim + 2) * 4 <= self.partials.size() as usize
+    }
+}
+
+/// The keys of each (token, head) of a decode call split over several
+/// workgroups whose partial softmaxes the last one merges (flash-decoding).
+#[derive(Clone, Copy, Debug)]
+pub struct KeySplit<'a> {
+    /// Partials and counters.
+    pub scratch: &'a AttentionScratch,
+    /// Workgroups per (token, head) (at most [`MAX_KEY_SPLITS`]); `None`:
+    /// [`key_splits`] picks them for the device, as the scratch allows.
+    pub n: Option<usize>,
+    /// Most keys a token of the call may see (the cache's capacity, or the
+    /// window), where known: no more splits than that needs.
+    pub max_keys: Option<usize>,
+}
+
 /// Options of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionOptions {
@@ -214,6 +335,9 @@ pub struct AttentionCall<'a> {
     /// The kernel, instead of the one [`AttentionVariant::choose`] picks
     /// (tests, tuning); storing in the kernel takes `Tiled`.
     pub variant: Option<AttentionVariant>,
+    /// Where the tiled decode kernel may split each (token, head)'s keys
+    /// over several workgroups; `None`: one workgroup each.
+    pub split: Option<KeySplit<'a>>,
 }
 
 impl AttentionCall<'_> {
@@ -266,8 +390,8 @@ impl AttentionCall<'_> {
 ///
 /// # Errors
 /// Head geometry the kernels do not support, operands of the wrong shape,
-/// an f16 output or a store in a kernel that cannot do it, or a value
-/// beyond 32 bits.
+/// an f16 output or a store in a kernel that cannot do it, a key split the
+/// kernel or the scratch cannot take, or a value beyond 32 bits.
 pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result<()> {
     call.check()?;
     let n_tokens = call.q.rows;
@@ -276,6 +400,7 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
         (None, NewKv::StoreInKernel(_)) => AttentionVariant::Tiled,
         (None, _) => AttentionVariant::choose(rec.context(), n_tokens, call.shape),
     };
+    let n_split = key_split_count(rec.context(), call, variant)?;
     let in_kernel = match call.new {
         NewKv::StoreInKernel(r) => {
             if variant != AttentionVariant::Tiled || r.k.ld != r.v.ld {
@@ -333,19 +458,27 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
     let (kernel, spec, groups) = match variant {
         AttentionVariant::Tiled => {
             let (wg, ds) = keys_split(&ctx, shape.head_dim);
+            let mut spec = vec![
+                wg,
+                kernel_subgroup(&ctx),
+                ds,
+                (shape.head_dim / ds as usize) as u32,
+                DECODE_KEYS_IN_FLIGHT,
+            ];
+            let kernel = match (call.out, n_split > 1) {
+                (AnyMat::F16(_), false) => Kernel::AttentionF16F16,
+                (AnyMat::F32(_), false) => Kernel::AttentionF16F32,
+                (AnyMat::F16(_), true) => Kernel::AttentionSplitF16F16,
+                (AnyMat::F32(_), true) => Kernel::AttentionSplitF16F32,
+            };
+            if n_split > 1 {
+                spec.push(n_split as u32);
+            }
+            let groups = n_tokens * shape.n_head * n_split;
             (
-                match call.out {
-                    AnyMat::F16(_) => Kernel::AttentionF16F16,
-                    AnyMat::F32(_) => Kernel::AttentionF16F32,
-                },
-                vec![
-                    wg,
-                    kernel_subgroup(&ctx),
-                    ds,
-                    (shape.head_dim / ds as usize) as u32,
-                    DECODE_KEYS_IN_FLIGHT,
-                ],
-                groups_1d(&ctx, pc_u32("attention groups", n_tokens * shape.n_head)?),
+                kernel,
+                spec,
+                groups_1d(&ctx, pc_u32("attention groups", groups)?),
             )
         }
         AttentionVariant::Blocks => {
@@ -422,23 +555,72 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
             Binding::read(b)
         }
     };
+    let mut bindings = vec![
+        Binding::read(call.q.buf),
+        cache(k_cache),
+        cache(v_cache),
+        Binding::write(call.out.buf()),
+        Binding::read(at.positions),
+        Binding::read(at.page_table),
+        Binding::read(at.seq_base),
+        Binding::read(in_kernel.map_or(call.q.buf, |n| n.k.buf)),
+        Binding::read(in_kernel.map_or(call.q.buf, |n| n.v.buf)),
+    ];
+    if let Some(split) = call.split.filter(|_| n_split > 1) {
+        bindings.push(Binding::write(&split.scratch.counters));
+        bindings.push(Binding::write(&split.scratch.partials));
+    }
     rec.dispatch(
         kernel,
         &spec,
-        &[
-            Binding::read(call.q.buf),
-            cache(k_cache),
-            cache(v_cache),
-            Binding::write(call.out.buf()),
-            Binding::read(at.positions),
-            Binding::read(at.page_table),
-            Binding::read(at.seq_base),
-            Binding::read(in_kernel.map_or(call.q.buf, |n| n.k.buf)),
-            Binding::read(in_kernel.map_or(call.q.buf, |n| n.v.buf)),
-        ],
+        &bindings,
         bytemuck::bytes_of(&params),
         groups,
     )
+}
+
+/// Workgroups per (token, head) of `call` on `variant`: its
+/// [`KeySplit`]'s count, or the device's choice cut to what the scratch
+/// holds; 1 without a split or on another variant.
+///
+/// # Errors
+/// A count forced on a variant other than `Tiled`, above
+/// [`MAX_KEY_SPLITS`], or beyond the scratch.
+fn key_split_count(
+    ctx: &GpuContext,
+    call: &AttentionCall<'_>,
+    variant: AttentionVariant,
+) -> Result<usize> {
+    let Some(split) = call.split else {
+        return Ok(1);
+    };
+    let (pairs, hd) = (call.q.rows * call.shape.n_head, call.shape.head_dim);
+    match split.n {
+        None if variant != AttentionVariant::Tiled => Ok(1),
+        None => {
+            let mut n = key_splits(ctx, pairs, hd, split.max_keys);
+            while n > 1 && !split.scratch.holds(pairs, n, hd) {
+                n -= 1;
+            }
+            Ok(n)
+        }
+        Some(0 | 1) => Ok(1),
+        Some(n) => {
+            if variant != AttentionVariant::Tiled
+                || n > MAX_KEY_SPLITS
+                || !split.scratch.holds(pairs, n, hd)
+            {
+                return Err(ModelError::kernel(
+                    "attention",
+                    format!(
+                        "{n} key splits of {pairs} (token, head) pairs on {variant:?} attention \
+                         (only Tiled splits, at most {MAX_KEY_SPLITS}, as far as the scratch holds)"
+                    ),
+                ));
+            }
+            Ok(n)
+        }
+    }
 }
 
 /// Reference attention of one query head over keys/values given per position

@@ -14,7 +14,8 @@ use combs::ModelError;
 use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, WaitMode};
 use combs::models::synth::{SynthConfig, random_weight_bytes};
 use combs::ops::attention::{
-    AttentionCall, AttentionOptions, AttentionShape, AttentionVariant, NewKv, record_attention,
+    AttentionCall, AttentionOptions, AttentionScratch, AttentionShape, AttentionVariant, KeySplit,
+    MAX_KEY_SPLITS, NewKv, key_splits, record_attention,
 };
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::{
@@ -66,6 +67,11 @@ pub struct KernelBenchArgs {
     /// variant; 0: none.
     #[arg(long, default_value_t = 0)]
     attention: usize,
+    /// Key splits per head to also time the decode query with (the tiled
+    /// kernel, each head's keys over this many workgroups; `auto`: combs'
+    /// choice for the device), comma-separated; with --attention.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    splits: Vec<String>,
     /// Also time a decode step's matvecs as the model chains them (Q/K/V,
     /// output, gate/up, down for this many layers, each its own weight, a
     /// barrier between), against the same matvecs each chained with itself:
@@ -314,11 +320,14 @@ fn sync_latency(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliErr
 }
 
 /// Attention of `cfg`'s heads over `n_ctx` cached positions: `n_ctx`
-/// queries (a prompt) and one query at the end (decode), with each variant.
+/// queries (a prompt) and one query at the end (decode), with each variant;
+/// then the decode query with its keys split as each of `splits` says
+/// (`None`: combs' choice).
 fn attention_bench(
     ctx: &Arc<GpuContext>,
     cfg: &SynthConfig,
     n_ctx: usize,
+    splits: &[Option<usize>],
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let shape = AttentionShape {
@@ -397,6 +406,7 @@ fn attention_bench(
                     shape,
                     opts,
                     variant: Some(variant),
+                    split: None,
                 };
                 record_attention(rec, &call)
             })?;
@@ -411,6 +421,39 @@ fn attention_bench(
                 attention_flops(n, n_ctx, shape, kind == "causal") / us / 1e6
             )?;
         }
+    }
+    let scratch = AttentionScratch::new(ctx, shape.n_head * MAX_KEY_SPLITS, shape.head_dim)?;
+    for &n in splits {
+        let chosen = n.unwrap_or_else(|| key_splits(ctx, shape.n_head, shape.head_dim, None));
+        let us = time(ctx, 8, |rec, _| {
+            let call = AttentionCall {
+                q: Mat::new(&q, 1, qw),
+                out: AnyMat::F32(Mat::new(&o, 1, qw)),
+                kv: LayerKv {
+                    k: &kb,
+                    v: &vb,
+                    at: at(&last),
+                },
+                new: NewKv::Stored,
+                shape,
+                opts,
+                variant: Some(AttentionVariant::Tiled),
+                split: Some(KeySplit {
+                    scratch: &scratch,
+                    n: Some(chosen),
+                    max_keys: None,
+                }),
+            };
+            record_attention(rec, &call)
+        })?;
+        writeln!(
+            out,
+            "attention Tiled split {chosen}{} heads {}/{} dim {}: 1 query over {n_ctx} positions: {us:.1} us",
+            if n.is_none() { " (auto)" } else { "" },
+            shape.n_head,
+            shape.n_head_kv,
+            shape.head_dim
+        )?;
     }
     Ok(())
 }
@@ -539,7 +582,17 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     }
     if args.attention > 0 {
         let cfg = SynthConfig::preset(&args.preset, QuantType::F16)?;
-        attention_bench(&ctx, &cfg, args.attention, out)?;
+        let splits: Vec<Option<usize>> = args
+            .splits
+            .iter()
+            .map(|s| match s.as_str() {
+                "auto" => Ok(None),
+                n => n.parse().map(Some).map_err(|_| {
+                    ModelError::invalid("--splits", format!("`{n}` is neither a count nor auto"))
+                }),
+            })
+            .collect::<Result<_, _>>()?;
+        attention_bench(&ctx, &cfg, args.attention, &splits, out)?;
     }
     if args.chain > 0 {
         for qt in &args.qtypes {

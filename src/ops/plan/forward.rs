@@ -14,7 +14,9 @@ use super::{Plan, Planner, Workspace};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, Recording};
 use crate::ops::act_round::ActRounding;
-use crate::ops::attention::{AttentionCall, AttentionOptions, AttentionShape, NewKv, NewRows};
+use crate::ops::attention::{
+    AttentionCall, AttentionOptions, AttentionShape, KeySplit, NewKv, NewRows,
+};
 use crate::ops::backend::{CopyCall, GetRowsCall, Kernels};
 use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::kv_store::{KvAttention, LayerCall};
@@ -206,6 +208,12 @@ impl<'r, 'a> Forward<'r, 'a> {
             self.plan.store_in_attention && self.plan.f16_for(n_q),
         );
         let new = NewRows { k, v };
+        // Keys a token may see: the window, the cache's positions, or both.
+        let max_keys = match (a.window, self.n_ctx()) {
+            (0, 0) => None,
+            (w, 0) | (0, w) => Some(w),
+            (w, n) => Some(w.min(n)),
+        };
         let call = AttentionCall {
             q,
             out,
@@ -230,6 +238,11 @@ impl<'r, 'a> Forward<'r, 'a> {
                 window: a.window,
             },
             variant: None,
+            split: Some(KeySplit {
+                scratch: &self.ws.attn_split,
+                n: None,
+                max_keys,
+            }),
         };
         self.kernels().attention(self.rec, &call)?;
         self.residual(b.attn_out, input_of(out), b.post_attn_norm)?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, MemoryKind};
+use crate::ops::attention::{AttentionScratch, MAX_HEAD_DIM};
 
 /// The widths a model's activations take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +64,8 @@ pub struct Workspace {
     pub(super) hidden: Arc<Buffer>,
     /// Rounded product inputs under llama.cpp numerics (one float otherwise).
     pub(super) xq: Arc<Buffer>,
+    /// Partials of decode attention split over several workgroups per head.
+    pub(super) attn_split: AttentionScratch,
 }
 
 impl Workspace {
@@ -119,6 +122,8 @@ impl Workspace {
             } else {
                 Buffer::new(ctx, 4, MemoryKind::Device, "xq")?
             },
+            // A head holds at most the query width (and what the kernels take).
+            attn_split: AttentionScratch::for_decode(ctx, shape.n_q.min(MAX_HEAD_DIM))?,
         })
     }
 

@@ -148,6 +148,7 @@ impl<'a> Forward<'_, 'a> {
                 window: 0,
             },
             variant: None,
+            split: None,
         };
         self.kernels().attention(self.rec, &call)?;
         let x = self.x();
