@@ -6,11 +6,15 @@ shape `combs bench --json` uses for the fields the comparison reads.
     python3 bench/llamacpp_bench.py MODEL.gguf [-p 512] [-n 128] [-r 3]
 
 pp: one batch of -p tokens from an empty context; tg: -n single-token
-decodes from an empty context. Wall-clock timings end by reading the
-logits once, which waits for the device (reading them after every token
-would time the wheel's copy of 128k floats into Python); llama.cpp's own
-per-context counters (decode start to synchronize) are reported beside
-them as "perf". One warm-up run precedes the timed ones; medians.
+decodes from an empty context. Timed as llama-bench times it: the context
+is synchronized (`llama_synchronize`) after the prompt and after every
+token, and nothing is copied out inside the timed region (reading the
+logits through the wheel copies 128k floats into Python and under-reads
+llama.cpp by 20-50%). Where a wheel has no way to synchronize, the
+timings end by reading the logits once and the JSON says so ("sync").
+llama.cpp's own per-context counters (decode start to synchronize) are
+reported beside them as "perf". One warm-up run precedes the timed ones;
+medians.
 """
 import argparse
 import json
@@ -58,6 +62,17 @@ def main() -> int:
         except Exception:  # an older wheel without the counters
             return None
 
+    if hasattr(ctx, "synchronize"):
+        sync, how = ctx.synchronize, "llama_synchronize"
+    elif hasattr(cy, "llama_synchronize"):
+        sync, how = (lambda: cy.llama_synchronize(ctx)), "llama_synchronize"
+    else:
+        sync, how = None, "get_logits"
+    # What ends a timed region: a synchronize, or (no way to synchronize)
+    # nothing per token and one read of the logits at the end.
+    step_end = sync or (lambda: None)
+    region_end = sync or ctx.get_logits
+
     pp, tg, pp_perf, tg_perf = [], [], [], []
     for rep in range(a.r + 1):
         if a.p:
@@ -65,7 +80,7 @@ def main() -> int:
             before = perf()
             t0 = time.perf_counter()
             ctx.decode(cy.llama_batch_get_one(prompt, 0))
-            ctx.get_logits()
+            region_end()
             dt = time.perf_counter() - t0
             after = perf()
             if rep:
@@ -79,7 +94,8 @@ def main() -> int:
             t0 = time.perf_counter()
             for i, t in enumerate(gen):
                 ctx.decode(cy.llama_batch_get_one([t], i))
-            ctx.get_logits()
+                step_end()
+            region_end()
             dt = time.perf_counter() - t0
             after = perf()
             if rep:
@@ -90,6 +106,7 @@ def main() -> int:
     out = {
         "model": a.model.rsplit("/", 1)[-1],
         "engine": "llama.cpp (cyllama-vulkan)",
+        "sync": how,
         "pp": {"n": a.p, "tps": statistics.median(pp) if pp else 0.0, "samples": pp,
                "perf_tps": statistics.median(pp_perf) if pp_perf else None},
         "tg": {"n": a.n, "tps": statistics.median(tg) if tg else 0.0, "samples": tg,

@@ -51,6 +51,7 @@ done
 import json, sys
 print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}")
 pf = lambda v: f"{v:8.0f}" if v else f"{'-':>8}"
+syncs = set()
 for row in sys.argv[1:]:
     preset, ty, ours, theirs = row.split("|", 3)
     o, t = json.loads(ours), json.loads(theirs)
@@ -58,5 +59,7 @@ for row in sys.argv[1:]:
     tr = o["tg"]["tps"] / t["tg"]["tps"] if t["tg"]["tps"] else float("nan")
     print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pf(t['pp'].get('perf_tps'))} {pr:6.2f}   "
           f"{o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {pf(t['tg'].get('perf_tps'))} {tr:6.2f}")
+    syncs.add(t.get("sync", "get_logits"))
+print(f"llama.cpp's timed regions end with: {', '.join(sorted(syncs))} (llama-bench: llama_synchronize)")
 print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters")
 PY
