@@ -139,6 +139,13 @@ pub trait GenerativeModel: Send + Sync {
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
 
+    /// Bytes of weights one decode step reads: all of them but the token
+    /// embedding table (one row per token), unless the output head is that
+    /// table. Over the device's copy bandwidth, the fastest decode can be.
+    fn decode_bytes_per_token(&self) -> u64 {
+        self.device_bytes()
+    }
+
     /// Whether sequences of context sizes `a` and `b` encode positions the
     /// same way, so they can share a forward pass (LongRoPE models pick
     /// their rope factors by the context size).
@@ -281,6 +288,15 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
 
     fn device_bytes(&self) -> u64 {
         self.arch.device_bytes()
+    }
+
+    fn decode_bytes_per_token(&self) -> u64 {
+        let total = self.arch.device_bytes();
+        if self.arch.spec().tied_embeddings {
+            total
+        } else {
+            total.saturating_sub(self.arch.embedding().0.device_bytes())
+        }
     }
 
     fn same_rope(&self, a: usize, b: usize) -> bool {

@@ -7,6 +7,7 @@
 pub mod act_round;
 pub mod attention;
 pub mod backend;
+pub mod bandwidth;
 pub mod dequant;
 pub mod get_rows;
 pub mod glu;

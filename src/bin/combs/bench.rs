@@ -156,6 +156,21 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         Vec::new()
     };
     let bytes = model.weights().device_bytes();
+    // The decode floor: every weight a step reads, once, at the device's
+    // copy bandwidth.
+    let per_token = model.weights().decode_bytes_per_token();
+    // Not on CPU devices: their decode runs the host's kernels, not the
+    // Vulkan copy kernel's path, so the floor would say nothing.
+    let copy_bps = if args.n_gen > 0 && ctx.caps().class() != combs::gpu::DeviceClass::Cpu {
+        combs::ops::bandwidth::copy_bandwidth(&ctx, 512 << 20)?
+    } else {
+        0.0
+    };
+    let floor_tps = if per_token > 0 {
+        copy_bps / per_token as f64
+    } else {
+        0.0
+    };
     let name = model
         .path()
         .file_name()
@@ -185,11 +200,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         writeln!(
             out,
             "{{\"model\":\"{name}\",\"arch\":\"{}\",\"device\":\"{}\",\"weights_bytes\":{bytes},\
+             \"decode_bytes_per_token\":{per_token},\"copy_gbps\":{:.1},\"floor_tps\":{floor_tps:.1},\
              \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
              \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
              \"batch\":[{}],\"profile\":[{}]}}",
             spec.arch,
             ctx.caps().name,
+            copy_bps / 1e9,
             args.n_prompt,
             pp,
             args.n_gen,
@@ -220,6 +237,17 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             out,
             "| tg{:<4} | {tg_med:>8.1} ± {tg_sd:<4.1} |",
             args.n_gen
+        )?;
+    }
+    if args.n_gen > 0 && floor_tps > 0.0 {
+        writeln!(
+            out,
+            "decode floor: {:.1} MiB of weights per token at {:.1} GB/s (copy kernel) = {floor_tps:.0} t/s; \
+             tg{} reaches {:.0}% of it",
+            per_token as f64 / (1 << 20) as f64,
+            copy_bps / 1e9,
+            args.n_gen,
+            100.0 * tg_med / floor_tps
         )?;
     }
     if !batches.is_empty() {

@@ -88,6 +88,10 @@ pub struct KernelBenchArgs {
     /// squares (`q`).
     #[arg(long)]
     fold_norm: bool,
+    /// Also measure the device's copy bandwidth (a plain copy kernel over
+    /// buffers of this many MiB; 0: none): the yardstick of the matvecs.
+    #[arg(long, default_value_t = 0)]
+    bandwidth: u64,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -579,6 +583,15 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     )?;
     if args.sync {
         sync_latency(&ctx, out)?;
+    }
+    if args.bandwidth > 0 {
+        let bps = combs::ops::bandwidth::copy_bandwidth(&ctx, args.bandwidth << 20)?;
+        writeln!(
+            out,
+            "copy bandwidth ({} MiB buffers, read + write): {:.1} GB/s",
+            args.bandwidth,
+            bps / 1e9
+        )?;
     }
     if args.attention > 0 {
         let cfg = SynthConfig::preset(&args.preset, QuantType::F16)?;
