@@ -500,6 +500,14 @@ pub fn interfaces() -> Vec<Interface> {
             flags: vec![],
         },
         Interface {
+            family: "copy",
+            rust: "CopyParams",
+            doc: "`glsl/copy.comp`: a plain copy in 16-byte words.",
+            glsl_prefix: "COPY",
+            fields: items(vec![u("n_words", "16-byte words to copy.")]),
+            flags: vec![],
+        },
+        Interface {
             family: "unary",
             rust: "UnaryParams",
             doc: "`glsl/unary.comp`: `d = f(x)` or `d += f(x)` elementwise.",

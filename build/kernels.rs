@@ -214,6 +214,7 @@ pub fn kernels() -> Vec<KernelDef> {
         &[("OP_GELU_TANH", "1")],
     ));
     k.push(def("unary_copy_f32", "unary.comp", &[("OP_COPY", "1")]));
+    k.push(def("copy_u32x4", "copy.comp", &[]));
     k.push(def("im2col_f32", "im2col.comp", &[]));
     k.push(def("glu_silu_f32", "glu.comp", &[("ACT_SILU", "1")]));
     k.push(def("glu_gelu_f32", "glu.comp", &[("ACT_GELU_TANH", "1")]));

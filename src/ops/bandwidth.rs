@@ -1,14 +1,19 @@
-//! The device's copy bandwidth, measured with a plain copy kernel: the
-//! yardstick of memory-bound steps (a decode step reads every weight once,
-//! so weight bytes ÷ this bandwidth is the fastest a token can come).
+//! The device's copy bandwidth, measured with a plain copy kernel
+//! (`glsl/copy.comp`: 16-byte words, a grid of a few workgroups per SM
+//! striding over the buffer): the yardstick of memory-bound steps (a
+//! decode step reads every weight once, so weight bytes ÷ this bandwidth
+//! is the fastest a token can come).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Mat;
-use super::unary::{UnaryCall, UnaryOp, record_unary};
+use super::params::CopyParams;
+use super::pc_u32;
 use crate::error::Result;
-use crate::gpu::{Buffer, GpuContext, MemoryKind, Recording};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording};
+
+/// Invocations per workgroup of the copy.
+const COPY_WG: u32 = 256;
 
 /// Copies recorded per timed submission.
 const COPIES: usize = 8;
@@ -27,11 +32,17 @@ pub fn copy_bandwidth(ctx: &Arc<GpuContext>, bytes: u64) -> Result<f64> {
         .max_binding_bytes(16)
         .min(caps.device_local_bytes / 4)
         .max(1 << 20);
-    let floats = (bytes.min(cap) / 4).max(1024) as usize;
+    let words = (bytes.min(cap) / 16).max(1024) as usize;
     let (src, dst) = (
-        Buffer::new(ctx, (floats * 4) as u64, MemoryKind::Device, "copy source")?,
-        Buffer::new(ctx, (floats * 4) as u64, MemoryKind::Device, "copy target")?,
+        Buffer::new(ctx, (words * 16) as u64, MemoryKind::Device, "copy source")?,
+        Buffer::new(ctx, (words * 16) as u64, MemoryKind::Device, "copy target")?,
     );
+    // Enough workgroups for every SM several times over, few enough that
+    // each invocation copies many words.
+    let groups = 8 * caps.sm_count.unwrap_or(128);
+    let params = CopyParams {
+        n_words: pc_u32("copy words", words)?,
+    };
     let timed = caps.timestamp_period_ns.is_some();
     let mut rec = if timed {
         Recording::timed(ctx)?
@@ -46,13 +57,13 @@ pub fn copy_bandwidth(ctx: &Arc<GpuContext>, bytes: u64) -> Result<f64> {
         } else {
             (&dst, &src)
         };
-        let call = UnaryCall {
-            op: UnaryOp::Copy,
-            x: Mat::new(a, 1, floats),
-            out: Mat::new(b, 1, floats),
-            add: false,
-        };
-        record_unary(&mut rec, &call)?;
+        rec.dispatch(
+            Kernel::CopyU32x4,
+            &[COPY_WG],
+            &[Binding::read(a), Binding::write(b)],
+            bytemuck::bytes_of(&params),
+            [groups, 1, 1],
+        )?;
     }
     rec.timestamp("end");
     rec.finish()?;
@@ -67,5 +78,5 @@ pub fn copy_bandwidth(ctx: &Arc<GpuContext>, bytes: u64) -> Result<f64> {
     }
     ns.sort_by(f64::total_cmp);
     let per_copy = ns[ns.len() / 2] / COPIES as f64;
-    Ok(2.0 * (floats * 4) as f64 / (per_copy.max(1.0) * 1e-9))
+    Ok(2.0 * (words * 16) as f64 / (per_copy.max(1.0) * 1e-9))
 }
