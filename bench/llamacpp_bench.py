@@ -35,6 +35,9 @@ def main() -> int:
 
     cy.llama_backend_init()
     cy.ggml_backend_load_all()
+    # Load: the file to weights on the device and a context; first token:
+    # to the end of the first prefill of the prompt (as combs bench).
+    t_start = time.perf_counter()
     mp = cy.LlamaModelParams()
     mp.n_gpu_layers = 999
     model = cy.LlamaModel(a.model, mp)
@@ -43,6 +46,8 @@ def main() -> int:
     cp.n_batch = max(a.p, 1)
     cp.n_ubatch = max(a.p, 1)
     ctx = cy.LlamaContext(model, cp)
+    load_ms = (time.perf_counter() - t_start) * 1e3
+    first_token_ms = None
     n_vocab = model.get_vocab().n_vocab if hasattr(model.get_vocab(), "n_vocab") else 32000
 
     x = 0x2545F4914F6CDD1D
@@ -82,6 +87,8 @@ def main() -> int:
             ctx.decode(cy.llama_batch_get_one(prompt, 0))
             region_end()
             dt = time.perf_counter() - t0
+            if first_token_ms is None:
+                first_token_ms = (time.perf_counter() - t_start) * 1e3
             after = perf()
             if rep:
                 pp.append(a.p / dt)
@@ -107,6 +114,8 @@ def main() -> int:
         "model": a.model.rsplit("/", 1)[-1],
         "engine": "llama.cpp (cyllama-vulkan)",
         "sync": how,
+        "load_ms": load_ms,
+        "first_token_ms": first_token_ms or 0.0,
         "pp": {"n": a.p, "tps": statistics.median(pp) if pp else 0.0, "samples": pp,
                "perf_tps": statistics.median(pp_perf) if pp_perf else None},
         "tg": {"n": a.n, "tps": statistics.median(tg) if tg else 0.0, "samples": tg,

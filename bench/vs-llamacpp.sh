@@ -8,8 +8,11 @@
 # smollm2-135m:q8_0 llama-1b:q4_0 llama-1b:q4_k llama-8b:q4_0 llama-8b:q4_k).
 # Each file is made by `combs synth`, then `combs bench -p 512 -n 128 --json`
 # and bench/llamacpp_bench.py (llama.cpp through the cyllama-vulkan wheel,
-# installed from the wheel file into DIR/py; Python 3.12) run on it. Prints
-# one table: pp512 and tg128 tokens/s of both and the ratio combs/llama.cpp.
+# installed from the wheel file into DIR/py; Python 3.12) run on it, both
+# timed as llama-bench times (synchronized after the prompt and each
+# token). `--pp 2048,8192` adds prefill-only rows of those prompt lengths.
+# Prints one table: pp512 and tg128 tokens/s of both and the ratio
+# combs/llama.cpp, then load time and first token of the 512-token prompt.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 combs="${COMBS_BIN:-$here/../target/release/combs}"
@@ -17,12 +20,14 @@ wheel=""
 dir="${TMPDIR:-/tmp}/combs-bench"
 reps=3
 cases=()
+long=()
 while (($#)); do
     case "$1" in
         --combs) combs="$2"; shift 2 ;;
         --wheel) wheel="$2"; shift 2 ;;
         --dir) dir="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
+        --pp) IFS=, read -r -a long <<<"$2"; shift 2 ;;
         -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
         *) cases+=("$1"); shift ;;
     esac
@@ -38,6 +43,7 @@ if [[ -n $wheel ]]; then
 fi
 
 rows=()
+longrows=()
 for c in "${cases[@]}"; do
     preset="${c%%:*}" type="${c##*:}"
     f="$dir/$preset-$type.gguf"
@@ -45,14 +51,22 @@ for c in "${cases[@]}"; do
     ours="$("$combs" bench -m "$f" -p 512 -n 128 -r "$reps" --json)"
     theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>"$dir/llamacpp-$preset-$type.log" | tail -1)"
     rows+=("$preset|$type|$ours|$theirs")
+    for p in "${long[@]}"; do
+        o="$("$combs" bench -m "$f" -p "$p" -n 0 -r "$reps" --json)"
+        t="$("$py" "$here/llamacpp_bench.py" "$f" -p "$p" -n 0 -r "$reps" 2>>"$dir/llamacpp-$preset-$type.log" | tail -1)"
+        longrows+=("$preset|$type|$o|$t")
+    done
 done
 
-"$py" - "${rows[@]}" <<'PY'
+"$py" - "${rows[@]}" -- "${longrows[@]}" <<'PY'
 import json, sys
+args = sys.argv[1:]
+cut = args.index("--")
+short, longs = args[:cut], args[cut + 1:]
 print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}")
 pf = lambda v: f"{v:8.0f}" if v else f"{'-':>8}"
 syncs = set()
-for row in sys.argv[1:]:
+for row in short:
     preset, ty, ours, theirs = row.split("|", 3)
     o, t = json.loads(ours), json.loads(theirs)
     pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
@@ -60,6 +74,18 @@ for row in sys.argv[1:]:
     print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pf(t['pp'].get('perf_tps'))} {pr:6.2f}   "
           f"{o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {pf(t['tg'].get('perf_tps'))} {tr:6.2f}")
     syncs.add(t.get("sync", "get_logits"))
+for row in longs:
+    preset, ty, ours, theirs = row.split("|", 3)
+    o, t = json.loads(ours), json.loads(theirs)
+    n = o["pp"]["n"]
+    pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
+    print(f"{preset:14} {ty:5} {'pp' + str(n):>6} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pr:6.2f}")
+print(f"{'model':14} {'type':5} {'load ms combs':>14} {'llama.cpp':>10} {'first token ms combs':>21} {'llama.cpp':>10}")
+for row in short:
+    preset, ty, ours, theirs = row.split("|", 3)
+    o, t = json.loads(ours), json.loads(theirs)
+    print(f"{preset:14} {ty:5} {o.get('load_ms', 0):14.0f} {t.get('load_ms', 0):10.0f} "
+          f"{o.get('first_token_ms', 0):21.0f} {t.get('first_token_ms', 0):10.0f}")
 print(f"llama.cpp's timed regions end with: {', '.join(sorted(syncs))} (llama-bench: llama_synchronize)")
 print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters")
 PY

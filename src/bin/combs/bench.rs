@@ -99,7 +99,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(mode) = args.wait {
         set_wait_mode(mode);
     }
+    // Load time: the file (warm in the page cache when repeated) to weights
+    // resident on the device; first token: to the logits of the first
+    // prefill of the prompt, pipelines and recordings made on the way.
+    let t_start = Instant::now();
     let (ctx, model) = args.model.load()?;
+    let load_ms = t_start.elapsed().as_secs_f64() * 1e3;
+    let mut first_token_ms = None;
     let spec = model.spec().clone();
     let n_ctx = (args.n_prompt + args.n_gen + 1).max(16);
     let mut session = model.new_session(&SessionOptions {
@@ -117,6 +123,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             let t0 = Instant::now();
             session.prefill(&prompt)?;
             let dt = t0.elapsed().as_secs_f64();
+            if first_token_ms.is_none() {
+                first_token_ms = Some(t_start.elapsed().as_secs_f64() * 1e3);
+            }
             if rep > 0 {
                 pp.push(args.n_prompt as f64 / dt);
             }
@@ -200,12 +209,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         writeln!(
             out,
             "{{\"model\":\"{name}\",\"arch\":\"{}\",\"device\":\"{}\",\"weights_bytes\":{bytes},\
-             \"decode_bytes_per_token\":{per_token},\"copy_gbps\":{:.1},\"floor_tps\":{floor_tps:.1},\
+             \"decode_bytes_per_token\":{per_token},\"load_ms\":{load_ms:.1},\"first_token_ms\":{:.1},\"copy_gbps\":{:.1},\"floor_tps\":{floor_tps:.1},\
              \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
              \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
              \"batch\":[{}],\"profile\":[{}]}}",
             spec.arch,
             ctx.caps().name,
+            first_token_ms.unwrap_or(0.0),
             copy_bps / 1e9,
             args.n_prompt,
             pp,
@@ -239,6 +249,15 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_gen
         )?;
     }
+    write!(out, "load: {load_ms:.0} ms (file to weights on the device)")?;
+    if let Some(ms) = first_token_ms {
+        write!(
+            out,
+            "; first token of a {}-token prompt: {ms:.0} ms from the start",
+            args.n_prompt
+        )?;
+    }
+    writeln!(out)?;
     if args.n_gen > 0 && floor_tps > 0.0 {
         writeln!(
             out,
