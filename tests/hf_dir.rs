@@ -308,3 +308,56 @@ fn hf_dir_truncated_safetensors_header_is_error() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `PPL = x` from `combs perplexity -m dir [extra] -f text --chunks 4`.
+fn perplexity(dir: &Path, text: &Path, extra: &[&str]) -> f64 {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combs"))
+        .arg("perplexity")
+        .arg("-m")
+        .arg(dir)
+        .args(extra)
+        .arg("-f")
+        .arg(text)
+        .args(["--chunks", "4"])
+        .output()
+        .expect("run combs perplexity");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("PPL = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no PPL line in {stdout}"))
+}
+
+/// The slow acceptance check (`COMBS_SLOW_TESTS=1`, ~1 minute on two
+/// cores): SmolLM2-135M-Instruct's Q8_0 weights written as an F16
+/// safetensors directory, perplexity on GPL-3 (4 chunks of 512) loaded as
+/// stored and with `--quant q4`; the quantized run within 2% of the F16 one.
+#[test]
+fn hf_smollm2_f16_dir_q4_perplexity_within_2_percent() {
+    if std::env::var_os("COMBS_SLOW_TESTS").is_none() {
+        eprintln!("skipped: set COMBS_SLOW_TESTS=1 (needs scripts/fetch-models.sh)");
+        return;
+    }
+    let src = combs::runtime::model::model_cache_dir().join("SmolLM2-135M-Instruct.Q8_0.gguf");
+    let text = Path::new("/usr/share/common-licenses/GPL-3");
+    let g = combs::formats::gguf::GgufFile::open(&src)
+        .unwrap_or_else(|e| panic!("{e} (run scripts/fetch-models.sh)"));
+    let dir = std::env::temp_dir().join(format!("combs-smollm2-hf-{}", std::process::id()));
+    combs::models::hf::export::export_llama_f16(&g, &dir).expect("export");
+    let f16 = perplexity(&dir, text, &[]);
+    let q4 = perplexity(&dir, text, &["--quant", "q4"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "SmolLM2 HF dir: F16 PPL {f16:.4}, --quant q4 PPL {q4:.4} ({:+.2}%)",
+        (q4 / f16 - 1.0) * 100.0
+    );
+    assert!(q4 <= f16 * 1.02, "q4 {q4} vs f16 {f16}");
+}

@@ -19,6 +19,7 @@
 //! which the GGUF path does not have (it uploads from the mapping); the
 //! permutation and the optional requantization rewrite most bytes anyway.
 
+pub mod export;
 mod names;
 mod params;
 
