@@ -85,7 +85,7 @@ CONFIGS = {
     "qwen3_tiny": (
         "Qwen3ForCausalLM",
         dict(
-            vocab_size=256,
+            vocab_size=320,
             hidden_size=64,
             intermediate_size=96,
             num_hidden_layers=2,
@@ -106,7 +106,7 @@ CONFIGS = {
     "phi3_longrope": (
         "Phi3ForCausalLM",
         dict(
-            vocab_size=256,
+            vocab_size=320,
             hidden_size=64,
             intermediate_size=96,
             num_hidden_layers=2,
@@ -136,7 +136,7 @@ CONFIGS = {
     "phi3_swa": (
         "Phi3ForCausalLM",
         dict(
-            vocab_size=256,
+            vocab_size=320,
             hidden_size=64,
             intermediate_size=96,
             num_hidden_layers=3,
@@ -153,6 +153,68 @@ CONFIGS = {
             pad_token_id=0,
         ),
         1003,
+        [7, 40],
+    ),
+    "llama_tiny": (
+        "LlamaForCausalLM",
+        dict(
+            vocab_size=320,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        1004,
+        [7, 40],
+    ),
+    "qwen2_tiny": (
+        "Qwen2ForCausalLM",
+        dict(
+            vocab_size=320,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        1005,
+        [7, 40],
+    ),
+    "gemma3_tiny": (
+        "Gemma3ForCausalLM",
+        dict(
+            vocab_size=320,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            sliding_window=16,
+            max_position_embeddings=128,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        1006,
         [7, 40],
     ),
 }
@@ -211,6 +273,96 @@ def logits_of(model, tokens, dtype):
     return out.logits[0].to(torch.float64)
 
 
+TOKENIZER_TEXTS = [
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    "  leading spaces, trailing spaces  ",
+    "Numbers: 12, 345 and 6789; 3.14159!",
+    "new\nlines\n\nand\ttabs",
+    "caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e \U0001f600",
+    "<|im_start|>user\nHi there<|im_end|>",
+    "don't won't they're I'll we've",
+]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# Which tokenizer.json each model directory gets: "bpe" is a byte-level BPE
+# (GPT-2 style, SmolLM2's pre-tokenizer: single digits, then byte-level
+# split), "spm" the SentencePiece model below as transformers converts it
+# (BPE with byte fallback, `\u2581` for spaces), as Llama-2, Mistral, Phi-3
+# and Gemma ship theirs.
+TOKENIZER_KIND = {
+    "qwen3_tiny": "bpe",
+    "phi3_longrope": "bpe",
+    "phi3_swa": "bpe",
+    "llama_tiny": "bpe",
+    "qwen2_tiny": "bpe",
+    "gemma3_tiny": "bpe",
+}
+
+
+def train_bpe(out_dir: Path) -> None:
+    """A 300-token byte-level BPE trained on SPM_TEXT, saved with its
+    tokenizer_config.json (specials, chat template) by transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(SPM_TEXT.splitlines(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+
+
+def convert_spm(spm_path: Path, out_dir: Path) -> None:
+    """tokenizer.json of the SentencePiece model, as transformers converts it."""
+    from transformers import LlamaTokenizerFast
+
+    fast = LlamaTokenizerFast(vocab_file=str(spm_path), legacy=False, add_bos_token=True)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+    (out_dir / "tokenizer.model").unlink(missing_ok=True)
+
+
+def tokenizer_cases(out_dir: Path) -> list:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out_dir)
+    cases = []
+    for text in TOKENIZER_TEXTS:
+        cases.append(
+            {
+                "text": text,
+                "ids": tok(text, add_special_tokens=False)["input_ids"],
+                "ids_special": tok(text, add_special_tokens=True)["input_ids"],
+            }
+        )
+    return cases
+
+
 def stage_make(args) -> None:
     import numpy as np
     import torch
@@ -222,21 +374,36 @@ def stage_make(args) -> None:
     where = machine()
     for name, (cls_name, kwargs, seed, lengths) in CONFIGS.items():
         cls = getattr(transformers, cls_name)
-        cfg_cls = getattr(transformers, cls_name.replace("ForCausalLM", "Config"))
+        cfg_name = "Gemma3TextConfig" if cls_name.startswith("Gemma3") else cls_name.replace("ForCausalLM", "Config")
+        cfg_cls = getattr(transformers, cfg_name)
         # transformers edits nested dicts it is given (rope_scaling): pass a copy
         config = cfg_cls(attn_implementation="eager", **copy.deepcopy(kwargs))
         torch.manual_seed(seed)
         model = cls(config).eval()
         randomize(model, seed)
-        out_dir = hf_root / name
+        # the committed HF directory (f32 safetensors, tokenizer.json) ...
+        out_dir = fixtures / name
         out_dir.mkdir(parents=True, exist_ok=True)
         model.to(torch.float32).save_pretrained(out_dir, safe_serialization=True)
-        train_tokenizer(out_dir / "tokenizer.model")
+        (out_dir / "generation_config.json").unlink(missing_ok=True)
+        # ... and the converter's copy, with the SentencePiece tokenizer.model
+        # llama.cpp's converter reads (it cannot name the pre-tokenizer of a
+        # tokenizer.json it has no hash for)
+        conv_dir = hf_root / name
+        conv_dir.mkdir(parents=True, exist_ok=True)
+        model.to(torch.float32).save_pretrained(conv_dir, safe_serialization=True)
+        train_tokenizer(conv_dir / "tokenizer.model")
+        if TOKENIZER_KIND[name] == "spm":
+            convert_spm(conv_dir / "tokenizer.model", out_dir)
+        else:
+            train_bpe(out_dir)
 
         rng = np.random.default_rng(seed)
         prompts = []
         for n in lengths:
-            tokens = [int(t) for t in rng.integers(3, kwargs["vocab_size"], size=n)]
+            # ids below 160: tokens of both tokenizers (Gemma 3's converter
+            # cuts the embedding to its tokenizer's 160 pieces)
+            tokens = [int(t) for t in rng.integers(3, 160, size=n)]
             ref = logits_of(model, tokens, torch.float64)
             f32 = logits_of(model, tokens, torch.float32)
             model.to(torch.float32)
@@ -261,6 +428,9 @@ def stage_make(args) -> None:
                 "logits": "float64 forward on the CPU, eager attention, use_cache=False",
             },
             "n_vocab": kwargs["vocab_size"],
+            "hf_dir": name,
+            "tokenizer_kind": TOKENIZER_KIND[name],
+            "tokenizer_cases": tokenizer_cases(out_dir),
             "prompts": prompts,
         }
         (fixtures / f"{name}.json").write_text(json.dumps(fixture, indent=1) + "\n")

@@ -1,7 +1,8 @@
 //! Model file formats: the GGUF reader (zero-copy over memmap2), the GGUF
 //! writer used by tests and `combs synth`, and the GGML tensor type table
 //! both read, whisper.cpp's model files (`whisper_bin`) and CTranslate2
-//! model directories (`ctranslate2`). Nothing here
+//! model directories (`ctranslate2`), and Hugging Face model directories
+//! (`hf`: config.json, safetensors, tokenizer.json). Nothing here
 //! depends on the `quant` module.
 
 pub(crate) mod backing;
@@ -9,6 +10,7 @@ pub mod ctranslate2;
 pub mod ggml_type;
 pub mod gguf;
 pub mod gguf_writer;
+pub mod hf;
 pub(crate) mod id_enum;
 pub mod whisper_bin;
 

@@ -12,6 +12,7 @@
 //! owns the page pools) — and is the `GenerativeModel` the registry returns.
 
 pub mod clip;
+pub mod hf;
 pub mod llama;
 pub mod loader;
 pub mod reference;

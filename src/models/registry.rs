@@ -9,8 +9,11 @@ use super::spec::{ArchSpec, Family};
 use super::{GenerativeModel, Loaded};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
+use crate::formats::hf::{HfDir, is_hf_dir};
 use crate::gpu::{DeviceClass, GpuContext};
 use crate::ops::plan::{Backend, Fusion, Planner};
+use crate::quant::quantized_linear::LoadQuant;
+use std::path::Path;
 
 /// Loads a generative model of a known family from a GGUF file.
 pub type Loader =
@@ -32,6 +35,9 @@ pub struct LoadOptions {
     /// Record with these kernels (`None`: native on CPU devices, Vulkan
     /// elsewhere; see [`Planner::backend`]).
     pub backend: Option<Backend>,
+    /// Convert the weights while loading (`--quant`): Q4_1 matrices, or
+    /// all matrices in f16 / bf16 (`None`: as stored).
+    pub quant: Option<LoadQuant>,
 }
 
 impl LoadOptions {
@@ -154,6 +160,60 @@ impl ModelRegistry {
         self.entries
             .iter()
             .find(|r| r.names.iter().any(|n| *n == lower))
+    }
+
+    /// The family of a Hugging Face directory: `config.json::model_type`,
+    /// else its first `architectures` class name.
+    ///
+    /// # Errors
+    /// `UnsupportedArchitecture` naming the type; a multimodal config
+    /// (`text_config` inside) is refused with a hint.
+    pub fn resolve_hf(&self, dir: &HfDir) -> Result<Family> {
+        let mt = dir.model_type()?;
+        if dir.config().get("text_config").is_some() {
+            return Err(ModelError::UnsupportedArchitecture(format!(
+                "{mt} (a multimodal config.json with a text_config; only text-only \
+                 directories such as gemma3_text load)"
+            )));
+        }
+        let arch = dir
+            .config()
+            .get("architectures")
+            .and_then(|a| a.get(0))
+            .and_then(|a| a.as_str());
+        self.lookup(mt)
+            .or_else(|| arch.and_then(|a| self.lookup(a)))
+            .map(|r| r.family)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(mt.to_string()))
+    }
+
+    /// Opens a model file as GGUF: a GGUF file as it is, a Hugging Face
+    /// directory as its converted GGUF (see [`crate::models::hf`]); then
+    /// converts its weights as `opts.quant` asks.
+    ///
+    /// # Errors
+    /// I/O and format errors, an unsupported architecture or tokenizer,
+    /// tensors that disagree with config.json.
+    pub fn open(&self, path: &Path, opts: &LoadOptions) -> Result<GgufFile> {
+        let g = if is_hf_dir(path) {
+            let dir = HfDir::open(path)?;
+            let family = self.resolve_hf(&dir)?;
+            crate::models::hf::to_gguf(&dir, family)?
+        } else if path.is_dir() {
+            return Err(ModelError::Io {
+                path: path.join(crate::formats::hf::CONFIG_FILE),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "a model directory needs config.json (Hugging Face layout)",
+                ),
+            });
+        } else {
+            GgufFile::open(path)?
+        };
+        match opts.quant {
+            Some(q) => q.apply(&g),
+            None => Ok(g),
+        }
     }
 
     /// Resolves the file's architecture into an [`ArchSpec`].

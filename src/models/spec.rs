@@ -216,7 +216,11 @@ impl ArchSpec {
             post_norms: false,
             embed_scale: 1.0,
             activation: Activation::Silu,
-            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            // llama.cpp's `attention.scale` where the file states one (the
+            // HF path writes Gemma 3's `query_pre_attn_scalar` there)
+            attn_scale: g
+                .get_f32(&key(a, "attention.scale"))?
+                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
             attn_softcap: g.get_f32(&key(a, "attn_logit_softcapping"))?.unwrap_or(0.0),
             final_softcap: g
                 .get_f32(&key(a, "final_logit_softcapping"))?
@@ -273,7 +277,7 @@ impl ArchSpec {
                         }
                     })
                     .collect();
-                spec.rope_base_local = 10000.0;
+                spec.rope_base_local = g.get_f32(&key(a, "rope.freq_base_swa"))?.unwrap_or(10000.0);
                 // Scaling applies to the global layers only.
             }
         }

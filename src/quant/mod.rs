@@ -16,6 +16,7 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+pub mod quantized_linear;
 pub mod requantize;
 pub mod weight;
 pub mod whisper_convert;

@@ -43,23 +43,24 @@ pub struct Model {
 }
 
 impl Model {
-    /// Opens `path`, resolves its architecture, uploads the weights and reads the tokenizer.
+    /// Opens `path` (a GGUF file or a Hugging Face model directory),
+    /// resolves its architecture, uploads the weights (converted as
+    /// `opts.quant` asks) and reads the tokenizer.
     ///
     /// # Errors
     /// I/O and format errors naming the file, an unsupported architecture,
     /// missing tensors, device errors.
     pub fn load(ctx: &Arc<GpuContext>, path: &Path, opts: &LoadOptions) -> Result<Self> {
-        if path.is_dir() {
-            return Err(ModelError::Io {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::IsADirectory,
-                    "is a directory, not a GGUF file",
-                ),
-            });
-        }
-        let g = GgufFile::open(path)
-            .map_err(|e| crate::models::speech_loader::speech_file_hint(path, e))?;
+        let g = if path.is_dir() {
+            ModelRegistry::new().open(path, opts)?
+        } else {
+            let g = GgufFile::open(path)
+                .map_err(|e| crate::models::speech_loader::speech_file_hint(path, e))?;
+            match opts.quant {
+                Some(q) => q.apply(&g)?,
+                None => g,
+            }
+        };
         let tokenizer = Tokenizer::from_gguf(&g)?;
         let weights = ModelRegistry::new().load(ctx, &g, opts)?;
         if tokenizer.n_vocab() > weights.spec().n_vocab {

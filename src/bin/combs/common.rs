@@ -10,6 +10,7 @@ use combs::gpu::GpuContext;
 use combs::models::LoadOptions;
 use combs::ops::act_round::Numerics;
 use combs::ops::plan::{Backend, Fusion};
+use combs::quant::quantized_linear::LoadQuant;
 use combs::runtime::Model;
 use combs::runtime::model::default_model_path;
 
@@ -18,8 +19,10 @@ use crate::CliError;
 /// Model and device selection.
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// GGUF model file (default: SmolLM2-135M-Instruct from the model cache).
-    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    /// GGUF model file or Hugging Face model directory (config.json,
+    /// *.safetensors, tokenizer.json; default: SmolLM2-135M-Instruct from
+    /// the model cache).
+    #[arg(short = 'm', long = "model", value_name = "FILE|DIR")]
     pub model: Option<PathBuf>,
     /// Vulkan device index, or `cpu` for the native kernels on the CPU
     /// (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
@@ -37,6 +40,15 @@ pub struct ModelArgs {
     /// K/V store folded into another kernel; as COMBS_DISABLE_FUSION=1).
     #[arg(long)]
     pub no_fusion: bool,
+    /// Convert the weights while loading: `q4` (4-bit groups of 32 with a
+    /// scale and a minimum, GGUF Q4_1, as `llama-quantize … Q4_1`), `f16`
+    /// or `bf16` (default: as stored).
+    #[arg(long, value_name = "q4|f16|bf16", value_parser = parse_quant)]
+    pub quant: Option<LoadQuant>,
+}
+
+fn parse_quant(s: &str) -> Result<LoadQuant, String> {
+    LoadQuant::parse(s).map_err(|e| e.to_string())
 }
 
 /// A device index or `cpu`.
@@ -101,6 +113,7 @@ impl ModelArgs {
             },
             plan_as: None,
             backend: self.kernels.backend(),
+            quant: self.quant,
         }
     }
 
