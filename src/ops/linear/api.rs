@@ -26,6 +26,26 @@ pub type EngineLinear = super::Linear;
 /// [`Linear::Quant`] holds. [`FusedQuantLinear`] is the engine's (every
 /// GGUF quant type combs reads); another implementation (a quantizer's
 /// own block format) plugs in beside it.
+///
+/// ```
+/// use combs::gpu::GpuContext;
+/// use combs::quant::{QuantType, quantize};
+/// use combs::{Linear, Q4KWeight, QuantLinearOp};
+///
+/// fn main() -> combs::Result<()> {
+///     let ctx = GpuContext::new(None)?;
+///     let w: Vec<f32> = (0..2 * 256).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let bytes = quantize(QuantType::Q4K, &w)?;
+///     let layer = Linear::from(Q4KWeight::from_gguf_bytes(&ctx, &bytes, 2, 256)?);
+///     assert!(layer.is_quant());
+///     if let Linear::Quant(op) = &layer {
+///         let op: &dyn QuantLinearOp = op.as_ref();
+///         assert_eq!((op.qtype(), op.n_in(), op.n_out()), (QuantType::Q4K, 256, 2));
+///     }
+///     assert_eq!(layer.forward(&ctx, &vec![1.0; 256])?.len(), 2);
+///     Ok(())
+/// }
+/// ```
 pub trait QuantLinearOp: Send + Sync {
     /// The weight's storage type.
     fn qtype(&self) -> QuantType;
