@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use combs::gpu::{Buffer, GpuContext, MemoryKind, run_once};
+use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, run_once};
 use combs::models::Loaded;
 use combs::ops::Mat;
 use combs::quant::{QuantType, TensorBytes, dequantize_vec, quantize};
@@ -48,16 +48,10 @@ fn spec_names_have_their_signatures() {
         repack_q5_k,
         repack_q6_k,
     ];
-    let _: fn(
-        &mut combs::gpu::Recording,
-        Mat<'_>,
-        &Arc<Buffer>,
-        NormFlavor,
-        f32,
-        Mat<'_>,
-    ) -> Result<()> = rms_norm;
-    let _: fn(&Arc<GpuContext>, TensorBytes<'_>, Option<&[f32]>) -> Result<Linear> =
-        try_quant_linear;
+    type RmsNorm =
+        fn(&mut Recording, Mat<'_>, &Arc<Buffer>, NormFlavor, f32, Mat<'_>) -> Result<()>;
+    type Build = fn(&Arc<GpuContext>, TensorBytes<'_>, Option<&[f32]>) -> Result<Linear>;
+    let _: (RmsNorm, Build) = (rms_norm, try_quant_linear);
     // `Linear::Quant` holds a boxed op.
     let _: fn(Box<dyn QuantLinearOp>) -> Linear = Linear::Quant;
     let _ = (CacheKind::Contiguous, LayerKind::Full, PageStats::default());
