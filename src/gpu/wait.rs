@@ -25,7 +25,9 @@ pub const POLL_LIMIT: std::time::Duration = std::time::Duration::from_millis(50)
 // 10% of SmolLM2's decode step (tg128 745 against 644 tok/s).
 static WAIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// The way [`Recording::submit_and_wait`](super::Recording::submit_and_wait) waits (process-wide).
+/// The way [`Recording::submit_and_wait`] waits (process-wide).
+///
+/// [`Recording::submit_and_wait`]: super::Recording::submit_and_wait
 pub fn wait_mode() -> WaitMode {
     if WAIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
         WaitMode::Poll
@@ -34,7 +36,9 @@ pub fn wait_mode() -> WaitMode {
     }
 }
 
-/// Sets the way [`Recording::submit_and_wait`](super::Recording::submit_and_wait) waits, for every recording of the process.
+/// Sets the way [`Recording::submit_and_wait`] waits, for every recording of the process.
+///
+/// [`Recording::submit_and_wait`]: super::Recording::submit_and_wait
 pub fn set_wait_mode(mode: WaitMode) {
     WAIT_MODE.store(mode == WaitMode::Poll, std::sync::atomic::Ordering::Relaxed);
 }

@@ -168,8 +168,10 @@ pub(crate) fn levels_k4(xb: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; Q
 }
 
 /// Writes Q4_K blocks (GGUF bytes, unchanged from the file) in the device
-/// layout the Q4_K kernels read: every block's 128 bytes of nibbles, then every block's 12 bytes of packed 6-bit sub-block scales and mins, then every block's f16 `d` and `dmin`. Device bytes per weight equal the
-/// file's: 144 bytes per 256 weights (4.5 bits), so decode reads each weight byte once.
+/// layout the Q4_K kernels read: every block's 128 bytes of nibbles, then every
+/// block's 12 bytes of packed 6-bit sub-block scales and mins, then every
+/// block's f16 `d` and `dmin`. Device bytes per weight equal the file's: 144
+/// bytes per 256 weights (4.5 bits), so decode reads each weight byte once.
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

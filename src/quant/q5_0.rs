@@ -76,8 +76,10 @@ impl Block for BlockQ5_0 {
 }
 
 /// Writes Q5_0 blocks (GGUF bytes, unchanged from the file) in the device
-/// layout the Q5_0 kernels read: every block's 16 bytes of low nibbles, then every block's 4 bytes of fifth bits, then every block's f16 scale. Device bytes per weight equal the
-/// file's: 22 bytes per 32 weights (5.5 bits), so decode reads each weight byte once.
+/// layout the Q5_0 kernels read: every block's 16 bytes of low nibbles, then
+/// every block's 4 bytes of fifth bits, then every block's f16 scale. Device
+/// bytes per weight equal the file's: 22 bytes per 32 weights (5.5 bits), so
+/// decode reads each weight byte once.
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

@@ -63,8 +63,11 @@ impl Block for BlockQ5K {
 }
 
 /// Writes Q5_K blocks (GGUF bytes, unchanged from the file) in the device
-/// layout the Q5_K kernels read: every block's 128 bytes of low nibbles, then every block's 32 bytes of fifth bits, then every block's 12 bytes of sub-block scales and mins, then every block's f16 `d` and `dmin`. Device bytes per weight equal the
-/// file's: 176 bytes per 256 weights (5.5 bits), so decode reads each weight byte once.
+/// layout the Q5_K kernels read: every block's 128 bytes of low nibbles, then
+/// every block's 32 bytes of fifth bits, then every block's 12 bytes of sub-
+/// block scales and mins, then every block's f16 `d` and `dmin`. Device bytes
+/// per weight equal the file's: 176 bytes per 256 weights (5.5 bits), so decode
+/// reads each weight byte once.
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

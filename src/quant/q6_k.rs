@@ -101,8 +101,11 @@ impl Block for BlockQ6K {
 }
 
 /// Writes Q6_K blocks (GGUF bytes, unchanged from the file) in the device
-/// layout the Q6_K kernels read: every block's 128 bytes of low nibbles, then every block's 64 bytes of high bits, then every block's 16 sub-block scales, then every block's f16 `d` (the whole padded to a 32-bit word). Device bytes per weight equal the
-/// file's: 210 bytes per 256 weights (6.5625 bits), so decode reads each weight byte once.
+/// layout the Q6_K kernels read: every block's 128 bytes of low nibbles, then
+/// every block's 64 bytes of high bits, then every block's 16 sub-block scales,
+/// then every block's f16 `d` (the whole padded to a 32-bit word). Device bytes
+/// per weight equal the file's: 210 bytes per 256 weights (6.5625 bits), so
+/// decode reads each weight byte once.
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

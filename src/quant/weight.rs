@@ -388,7 +388,10 @@ impl<F: WeightFormat> TryFrom<QuantWeight> for QWeight<F> {
 /// a matrix of that shape (the spec's named weights); the others get one
 /// sentence.
 macro_rules! weight_formats {
-    ($($(#[$doc:meta])* $marker:ident, $alias:ident => $t:ident $(, example($upper:literal, $lower:literal, $n:literal, $k:literal))?;)*) => {$(
+    ($(
+        $(#[$doc:meta])* $marker:ident, $alias:ident => $t:ident
+        $(, example($upper:literal, $lower:literal, $n:literal, $k:literal))?;
+    )*) => {$(
         $(#[$doc])*
         pub struct $marker;
         impl WeightFormat for $marker {
@@ -400,12 +403,15 @@ macro_rules! weight_formats {
         #[doc = concat!("A GPU-resident weight stored as ", stringify!($marker), ".")]
         pub type $alias = QWeight<$marker>;
     };
-    (@alias $marker:ident, $alias:ident, $t:ident, $upper:literal, $lower:literal, $n:literal, $k:literal) => {
+    (
+        @alias $marker:ident, $alias:ident, $t:ident,
+        $upper:literal, $lower:literal, $n:literal, $k:literal
+    ) => {
         #[doc = concat!(
             "A weight matrix `[n_out, k]` resident in VRAM as ", $upper,
             " blocks (`k` a multiple of the block) in the device layout of [`repack_",
-            $lower, "`](crate::repack_", $lower, ") (the file's bytes per weight), read by the fused ",
-            $upper, " kernels.\n\n",
+            $lower, "`](crate::repack_", $lower, ") (the file's bytes per weight), read by \
+             the fused ", $upper, " kernels.\n\n",
             "```\n",
             "use combs::gpu::GpuContext;\n",
             "use combs::quant::{QuantType, quantize};\n",
@@ -414,8 +420,10 @@ macro_rules! weight_formats {
             "    let ctx = GpuContext::new(None)?;\n",
             "    let (n_out, k) = (", stringify!($n), ", ", stringify!($k), ");\n",
             "    let w: Vec<f32> = (0..n_out * k).map(|i| (i as f32 * 0.37).sin()).collect();\n",
-            "    let bytes = quantize(QuantType::", stringify!($t), ", &w)?; // as a GGUF file holds them\n",
-            "    let weight = ", stringify!($alias), "::from_gguf_bytes(&ctx, &bytes, n_out, k)?;\n",
+            "    // The blocks as a GGUF file holds them.\n",
+            "    let bytes = quantize(QuantType::", stringify!($t), ", &w)?;\n",
+            "    let weight = ", stringify!($alias),
+            "::from_gguf_bytes(&ctx, &bytes, n_out, k)?;\n",
             "    assert_eq!((weight.n_out(), weight.k()), (n_out, k));\n",
             "    assert_eq!(weight.device_bytes(), bytes.len() as u64);\n",
             "    Ok(())\n",

@@ -200,7 +200,8 @@ fn check_bias_buffer(weight: &QuantWeight, bias: Option<&Arc<Buffer>>) -> Result
 ///     let (n_out, k) = (4, 64);
 ///     let w: Vec<f32> = (0..n_out * k).map(|i| (i as f32 * 0.37).sin()).collect();
 ///     let bytes = quantize(QuantType::Q4_0, &w)?;
-///     let tensor = TensorBytes { name: "w", qtype: QuantType::Q4_0, rows: n_out, cols: k, bytes: &bytes };
+///     let (qtype, rows, cols) = (QuantType::Q4_0, n_out, k);
+///     let tensor = TensorBytes { name: "w", qtype, rows, cols, bytes: &bytes };
 ///     let quant = try_quant_linear(&ctx, tensor, Some(&[0.5; 4]))?;
 ///     assert!(matches!(quant, Linear::Quant(_)));
 ///     let dense = Linear::dense(&ctx, tensor, Some(&[0.5; 4]))?; // the same weights, expanded

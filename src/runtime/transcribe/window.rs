@@ -1,9 +1,11 @@
 //! One window decoded at one temperature: openai-whisper's `DecodingTask`
-//! (`decoding.py`) over a [`SpeechDecoder`](crate::models::speech::SpeechDecoder) — the initial tokens (prompt,
+//! (`decoding.py`) over a [`SpeechDecoder`] — the initial tokens (prompt,
 //! start-of-transcript sequence), the no-speech probability read at the
 //! start-of-transcript position, the filtered step loop, and the chosen
 //! candidate with its average log-probability, text and compression ratio.
 //! Also language detection (`detect_language`).
+//!
+//! [`SpeechDecoder`]: crate::models::speech::SpeechDecoder
 
 use super::filters::{LogitFilters, log_softmax};
 use super::search::{Beam, Greedy, Search, rank};
