@@ -273,7 +273,8 @@ pub trait GenerativeModel: Send + Sync {
     ///
     /// # Errors
     /// Rows not whole or not finite, the cache's context full (nothing is
-    /// evaluated then), or a device error (the cache is left as it was).
+    /// evaluated then), or a device error (the cache forgets the positions
+    /// the call added).
     fn prefill(&self, embeddings: &[f32], cache: &mut dyn KVCache) -> Result<Vec<f32>> {
         steps::prefill(self, embeddings, cache)
     }

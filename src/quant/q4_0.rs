@@ -80,7 +80,8 @@ pub(crate) fn symmetric_levels(xb: &[f32], bits: u32) -> (f32, [u8; 32]) {
 /// Writes Q4_0 blocks (GGUF bytes, unchanged from the file) in the device
 /// layout the Q4_0 kernels read: every block's 16 bytes of nibbles, then every
 /// block's f16 scale. Device bytes per weight equal the file's: 18 bytes per 32
-/// weights (4.5 bits), so decode reads each weight byte once.
+/// weights (4.5 bits), so decode reads each weight byte once (an odd number of
+/// blocks is padded to a 32-bit word).
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

@@ -79,7 +79,8 @@ impl Block for BlockQ5_0 {
 /// layout the Q5_0 kernels read: every block's 16 bytes of low nibbles, then
 /// every block's 4 bytes of fifth bits, then every block's f16 scale. Device
 /// bytes per weight equal the file's: 22 bytes per 32 weights (5.5 bits), so
-/// decode reads each weight byte once.
+/// decode reads each weight byte once (an odd number of blocks is padded to a
+/// 32-bit word).
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};

@@ -52,7 +52,8 @@ impl Block for BlockQ8_0 {
 /// Writes Q8_0 blocks (GGUF bytes, unchanged from the file) in the device
 /// layout the Q8_0 kernels read: every block's 32 quants, then every block's
 /// f16 scale. Device bytes per weight equal the file's: 34 bytes per 32 weights
-/// (8.5 bits), so decode reads each weight byte once.
+/// (8.5 bits), so decode reads each weight byte once (an odd number of blocks
+/// is padded to a 32-bit word).
 ///
 /// ```
 /// use combs::quant::{QuantType, quantize};
