@@ -221,5 +221,18 @@ impl ModelError {
     }
 }
 
-/// Result alias used throughout the crate.
+/// Result alias used throughout the crate: every fallible call returns one,
+/// its error a [`ModelError`] that names what went wrong.
+///
+/// ```
+/// use combs::{ModelError, Result};
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn blocks(n: usize) -> Result<usize> {
+///     Ok(quantize(QuantType::Q4_0, &vec![0.5; n])?.len())
+/// }
+///
+/// assert_eq!(blocks(64).ok(), Some(36)); // two blocks of 18 bytes
+/// assert!(matches!(blocks(60), Err(ModelError::InvalidArgument { .. }))); // not whole blocks
+/// ```
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

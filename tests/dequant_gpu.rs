@@ -1,13 +1,21 @@
 //! GPU dequantization of every weight format against the CPU reference, bit
 //! for bit, on fresh random blocks (valid scales) and several shapes,
 //! including row counts that are not multiples of the workgroup and tensors
-//! that need more than one storage-buffer descriptor.
+//! that need more than one storage-buffer descriptor; and the same through
+//! the spec's named dequantizers (`dequantize_q4_0_gpu`, ...) on typed weights.
 
 mod common;
 
-use combs::gpu::Uploader;
+use std::sync::Arc;
+
+use combs::gpu::{GpuContext, Uploader};
 use combs::ops::dequant::dequantize_gpu;
 use combs::quant::{DeviceLayout, QuantType, QuantWeight, TensorBytes, dequantize_vec};
+use combs::{
+    Q4KWeight, Q5KWeight, Q6KWeight, Q40Weight, Q50Weight, Q80Weight, dequantize_q4_0_gpu,
+    dequantize_q4_k_gpu, dequantize_q5_0_gpu, dequantize_q5_k_gpu, dequantize_q6_k_gpu,
+    dequantize_q8_0_gpu,
+};
 use common::{Rng, gpu};
 use half::{bf16, f16};
 
@@ -54,15 +62,26 @@ fn random_tensor(rng: &mut Rng, t: QuantType, n: usize) -> Vec<u8> {
 }
 
 fn check_type(t: QuantType, shapes: &[(usize, usize)]) {
+    check_type_with(t, shapes, |ctx, bytes, rows, cols| {
+        let mut up = Uploader::new(ctx)?;
+        let w = QuantWeight::from_gguf_bytes(ctx, &mut up, "w", t, rows, cols, bytes)?;
+        up.flush()?;
+        dequantize_gpu(ctx, &w)
+    });
+}
+
+/// Checks `run` (an upload of `[rows, cols]` GGUF bytes of `t` and its
+/// dequantization on the GPU) against the CPU reference on each shape.
+fn check_type_with(
+    t: QuantType,
+    shapes: &[(usize, usize)],
+    run: impl Fn(&Arc<GpuContext>, &[u8], usize, usize) -> combs::Result<Vec<f32>>,
+) {
     let ctx = gpu();
     let mut rng = Rng::fresh(&format!("dequant_{}", t.name()));
-    let mut up = Uploader::new(&ctx).expect("staging ring");
     for &(rows, cols) in shapes {
         let bytes = random_tensor(&mut rng, t, rows * cols);
-        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
-            .expect("upload");
-        up.flush().expect("flush");
-        let gpu_out = dequantize_gpu(&ctx, &w).expect("gpu dequant");
+        let gpu_out = run(&ctx, &bytes, rows, cols).expect("gpu dequant");
         let cpu_out = dequantize_vec(t, &bytes, rows * cols).expect("cpu dequant");
         let mismatches: Vec<usize> = (0..cpu_out.len())
             .filter(|&i| gpu_out[i].to_bits() != cpu_out[i].to_bits())
@@ -107,6 +126,29 @@ dequant_tests! {
     dequant_q4_k_matches_ref_bit_exact => QuantType::Q4K;
     dequant_q5_k_matches_ref_bit_exact => QuantType::Q5K;
     dequant_q6_k_matches_ref_bit_exact => QuantType::Q6K;
+}
+
+/// The spec's named dequantizers, each on its typed weight, reach the same
+/// kernels: bit for bit the reference too.
+macro_rules! named_dequant_tests {
+    ($($name:ident => $t:expr, $weight:ident, $dequant:ident;)*) => {$(
+        #[test]
+        fn $name() {
+            check_type_with($t, &shapes_for($t), |ctx, bytes, rows, cols| {
+                let w = $weight::from_gguf_bytes(ctx, bytes, rows, cols)?;
+                $dequant(ctx, &w)
+            });
+        }
+    )*};
+}
+
+named_dequant_tests! {
+    dequantize_q4_0_gpu_matches_ref_bit_exact => QuantType::Q4_0, Q40Weight, dequantize_q4_0_gpu;
+    dequantize_q5_0_gpu_matches_ref_bit_exact => QuantType::Q5_0, Q50Weight, dequantize_q5_0_gpu;
+    dequantize_q8_0_gpu_matches_ref_bit_exact => QuantType::Q8_0, Q80Weight, dequantize_q8_0_gpu;
+    dequantize_q4_k_gpu_matches_ref_bit_exact => QuantType::Q4K, Q4KWeight, dequantize_q4_k_gpu;
+    dequantize_q5_k_gpu_matches_ref_bit_exact => QuantType::Q5K, Q5KWeight, dequantize_q5_k_gpu;
+    dequantize_q6_k_gpu_matches_ref_bit_exact => QuantType::Q6K, Q6KWeight, dequantize_q6_k_gpu;
 }
 
 #[test]

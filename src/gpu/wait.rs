@@ -26,6 +26,8 @@ pub const POLL_LIMIT: std::time::Duration = std::time::Duration::from_millis(50)
 static WAIT_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// The way [`Recording::submit_and_wait`] waits (process-wide).
+///
+/// [`Recording::submit_and_wait`]: super::Recording::submit_and_wait
 pub fn wait_mode() -> WaitMode {
     if WAIT_MODE.load(std::sync::atomic::Ordering::Relaxed) {
         WaitMode::Poll
@@ -35,6 +37,8 @@ pub fn wait_mode() -> WaitMode {
 }
 
 /// Sets the way [`Recording::submit_and_wait`] waits, for every recording of the process.
+///
+/// [`Recording::submit_and_wait`]: super::Recording::submit_and_wait
 pub fn set_wait_mode(mode: WaitMode) {
     WAIT_MODE.store(mode == WaitMode::Poll, std::sync::atomic::Ordering::Relaxed);
 }

@@ -22,6 +22,13 @@ pub use crate::ops::kv_store::{KvAttention, LayerCall, LayerKv};
 use crate::error::Result;
 
 /// Which cache implementation a session uses.
+///
+/// ```
+/// use combs::{CacheConfig, CacheKind};
+///
+/// assert_eq!(CacheKind::default(), CacheKind::Contiguous);
+/// assert_eq!(CacheConfig::paged(4096, 256).kind, CacheKind::Paged);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CacheKind {
     /// One contiguous block of `n_ctx` rows per layer.
@@ -31,7 +38,16 @@ pub enum CacheKind {
     Paged,
 }
 
-/// Size and kind of a cache.
+/// Size and kind of a cache, as [`crate::GenerativeModel::create_kv_cache`]
+/// takes it.
+///
+/// ```
+/// use combs::{CacheConfig, CacheKind};
+///
+/// let cfg = CacheConfig { max_batch: 64, ..CacheConfig::paged(2048, 128) };
+/// assert_eq!((cfg.n_ctx, cfg.kind, cfg.page_size), (2048, CacheKind::Paged, 128));
+/// assert_eq!(cfg.pool_pages, 0); // the pool sized for the device
+/// ```
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     /// Positions the sequence may hold.

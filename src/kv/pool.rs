@@ -18,6 +18,27 @@ use crate::ops::kv_store::CacheAddressing;
 pub const MAX_CALL_TOKENS: usize = 512;
 
 /// What a pool holds and how much of it is in use.
+///
+/// ```
+/// # use combs::formats::gguf::GgufFile;
+/// # use combs::models::synth::{SynthConfig, synth_gguf};
+/// # use combs::quant::QuantType;
+/// use combs::gpu::GpuContext;
+/// use combs::{CacheConfig, GenerativeModel, LoadOptions, ModelRegistry, PageStats};
+///
+/// fn main() -> combs::Result<()> {
+///     let ctx = GpuContext::new(None)?;
+///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+///     let cfg = CacheConfig { pool_pages: 8, ..CacheConfig::paged(64, 16) };
+///     let mut cache = model.create_kv_cache(&cfg)?;
+///     model.prefill(&model.embed(&[1; 20])?, cache.as_mut())?;
+///     let stats: PageStats = cache.page_stats().unwrap_or_default();
+///     assert_eq!((stats.pages_total, stats.pages_used, stats.tokens), (8, 2, 20));
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PageStats {
     /// Rows (positions) per page.

@@ -90,7 +90,31 @@ impl RopeFreqs {
     }
 }
 
-/// A Llama-family model on the GPU.
+/// A Llama-family model on the GPU: its weights and what each block
+/// computes. [`ModelRegistry`](crate::ModelRegistry) loads one for every
+/// family it runs; loaded by hand, [`Loaded`](crate::models::Loaded) makes it
+/// a [`GenerativeModel`](crate::GenerativeModel).
+///
+/// ```
+/// # use combs::formats::gguf::GgufFile;
+/// # use combs::models::synth::{SynthConfig, synth_gguf};
+/// # use combs::quant::QuantType;
+/// use combs::gpu::GpuContext;
+/// use combs::models::Loaded;
+/// use combs::{GenerativeModel, LlamaModel, LoadOptions, ModelRegistry};
+///
+/// fn main() -> combs::Result<()> {
+///     let ctx = GpuContext::new(None)?;
+///     # let tiny = SynthConfig::preset("tiny", QuantType::Q4_0)?;
+///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+///     let spec = ModelRegistry::new().resolve(&gguf)?;
+///     let opts = LoadOptions::default();
+///     let llama = LlamaModel::load(&ctx, &gguf, spec, &opts)?;
+///     let model = Loaded::new(llama, opts.planner_for(&ctx)?);
+///     assert_eq!(model.embed(&[7])?.len(), model.spec().n_embd);
+///     Ok(())
+/// }
+/// ```
 pub struct LlamaModel {
     ctx: Arc<GpuContext>,
     spec: ArchSpec,

@@ -1,8 +1,10 @@
 //! Model architectures behind one contract. `GenerativeModel` is the set of
-//! functions the runtime drives (the analog of MLC's embed / prefill / decode /
-//! create_kv_cache): it records GPU work into a caller's `Recording` over a
-//! caller's `Scratch` and `KVCache`, so the runtime decides when to submit,
-//! and can record a decode step once and replay it.
+//! functions the runtime drives: it records GPU work into a caller's
+//! `Recording` over a caller's `Scratch` and `KVCache`, so the runtime
+//! decides when to submit, and can record a decode step once and replay it.
+//! Over those it also offers MLC's step-by-step set — `embed`, `prefill`,
+//! `decode`, `create_kv_cache` — which submit and return host vectors
+//! ([`steps`]).
 //!
 //! An architecture file (`llama.rs`) implements [`Architecture`]: its
 //! weights, and *what* each call computes, stated to the planner
@@ -17,12 +19,14 @@ pub mod llama;
 pub mod loader;
 pub mod reference;
 pub mod registry;
+pub mod rotary;
 pub mod scratch;
 pub mod smolvlm;
 pub mod smolvlm_reference;
 pub mod spec;
 pub mod speech;
 pub mod speech_loader;
+pub mod steps;
 pub mod synth;
 pub mod whisper;
 pub mod whisper_reference;
@@ -30,6 +34,7 @@ pub mod whisper_reference;
 use std::sync::Arc;
 
 pub use registry::{LoadOptions, ModelRegistry};
+pub use rotary::RotaryEmbedding;
 pub use scratch::Scratch;
 pub use spec::{ArchSpec, Family, LayerKind};
 pub use speech_loader::load_speech_model;
@@ -64,7 +69,36 @@ pub struct RowCopy {
     pub rows: usize,
 }
 
-/// A text-generating model resident on the GPU.
+/// A text-generating model resident on the GPU, of any architecture the
+/// [`ModelRegistry`] loads: the recording interface the runtime drives,
+/// and MLC's step-by-step set over it ([`GenerativeModel::embed`],
+/// [`GenerativeModel::prefill`], [`GenerativeModel::decode`],
+/// [`GenerativeModel::create_kv_cache`]).
+///
+/// ```
+/// # use combs::formats::gguf::GgufFile;
+/// # use combs::models::synth::{SynthConfig, synth_gguf};
+/// # use combs::quant::QuantType;
+/// use combs::gpu::GpuContext;
+/// use combs::runtime::{Session, SessionOptions};
+/// use combs::{CacheConfig, GenerativeModel, LoadOptions, ModelRegistry};
+///
+/// fn main() -> combs::Result<()> {
+///     let ctx = GpuContext::new(None)?;
+///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+///     // Step by step...
+///     let mut cache = model.create_kv_cache(&CacheConfig::contiguous(64))?;
+///     let steps = model.prefill(&model.embed(&[5, 6, 7])?, cache.as_mut())?;
+///     // ...computes what a session does.
+///     let opts = SessionOptions { n_ctx: 64, ..Default::default() };
+///     let mut session = Session::new(model, &opts)?;
+///     session.prefill(&[5, 6, 7])?;
+///     assert!(steps.iter().zip(session.logits()).all(|(a, b)| (a - b).abs() < 1e-4));
+///     Ok(())
+/// }
+/// ```
 pub trait GenerativeModel: Send + Sync {
     /// The resolved architecture.
     fn spec(&self) -> &ArchSpec;
@@ -72,7 +106,26 @@ pub trait GenerativeModel: Send + Sync {
     /// The device the weights live on.
     fn context(&self) -> &Arc<GpuContext>;
 
-    /// A KV cache for one sequence of this model.
+    /// A KV cache for one sequence of this model (MLC's `create_kv_cache`):
+    /// contiguous, or paged from a pool the model's paged caches share.
+    ///
+    /// ```
+    /// # use combs::formats::gguf::GgufFile;
+    /// # use combs::models::synth::{SynthConfig, synth_gguf};
+    /// # use combs::quant::QuantType;
+    /// use combs::gpu::GpuContext;
+    /// use combs::{CacheConfig, CacheKind, GenerativeModel, LoadOptions, ModelRegistry};
+    ///
+    /// fn main() -> combs::Result<()> {
+    ///     let ctx = GpuContext::new(None)?;
+    ///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+    ///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+    ///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+    ///     let cache = model.create_kv_cache(&CacheConfig::paged(64, 16))?;
+    ///     assert_eq!((cache.kind(), cache.len()), (CacheKind::Paged, 0));
+    ///     Ok(())
+    /// }
+    /// ```
     ///
     /// # Errors
     /// Out of device memory.
@@ -108,6 +161,21 @@ pub trait GenerativeModel: Send + Sync {
         n: usize,
         src: &Arc<Buffer>,
         copies: &[RowCopy],
+    ) -> Result<()>;
+
+    /// Records a copy of the `n` rows of the residual stream into rows
+    /// `0..n` of `dst` (f32, `n_embd` each): after
+    /// [`GenerativeModel::record_embed`], the input vectors of the call's
+    /// tokens.
+    ///
+    /// # Errors
+    /// `dst` too small for the rows.
+    fn record_read_rows(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        dst: &Arc<Buffer>,
     ) -> Result<()>;
 
     /// Records every transformer block over the `n` rows of the residual
@@ -153,6 +221,103 @@ pub trait GenerativeModel: Send + Sync {
     fn same_rope(&self, a: usize, b: usize) -> bool {
         let _ = (a, b);
         true
+    }
+
+    /// MLC's `embed`: the input vectors of `tokens` (`tokens.len() * n_embd`
+    /// floats, row-major), the embedding scale applied — what
+    /// [`GenerativeModel::prefill`] takes, alone or with rows of the
+    /// caller's own (an image's embeddings) spliced in.
+    ///
+    /// ```
+    /// # use combs::formats::gguf::GgufFile;
+    /// # use combs::models::synth::{SynthConfig, synth_gguf};
+    /// # use combs::quant::QuantType;
+    /// use combs::gpu::GpuContext;
+    /// use combs::{GenerativeModel, LoadOptions, ModelRegistry};
+    ///
+    /// fn main() -> combs::Result<()> {
+    ///     let ctx = GpuContext::new(None)?;
+    ///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+    ///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+    ///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+    ///     let x = model.embed(&[1, 2, 3])?;
+    ///     assert_eq!(x.len(), 3 * model.spec().n_embd);
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// No tokens, a token out of range, or a device error.
+    fn embed(&self, tokens: &[u32]) -> Result<Vec<f32>> {
+        steps::embed(self, tokens)
+    }
+
+    /// MLC's `prefill`: evaluates the input vectors `embeddings` (whole
+    /// rows of `n_embd`) at the positions after what `cache` holds (a cache
+    /// of this model's [`GenerativeModel::create_kv_cache`]), stores their
+    /// K/V there and returns the logits of the last row (`n_vocab` floats).
+    /// Each call records, submits and waits; a
+    /// [`Session`](crate::runtime::Session) is the faster way to run one
+    /// sequence (it replays one recorded decode step).
+    ///
+    /// ```
+    /// # use combs::formats::gguf::GgufFile;
+    /// # use combs::models::synth::{SynthConfig, synth_gguf};
+    /// # use combs::quant::QuantType;
+    /// use combs::gpu::GpuContext;
+    /// use combs::{CacheConfig, GenerativeModel, LoadOptions, ModelRegistry};
+    ///
+    /// fn main() -> combs::Result<()> {
+    ///     let ctx = GpuContext::new(None)?;
+    ///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+    ///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+    ///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+    ///     let mut cache = model.create_kv_cache(&CacheConfig::contiguous(64))?;
+    ///     let logits = model.prefill(&model.embed(&[1, 2, 3])?, cache.as_mut())?;
+    ///     assert_eq!((logits.len(), cache.len()), (model.spec().n_vocab, 3));
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// Rows not whole or not finite, the cache's context full (nothing is
+    /// evaluated then), or a device error (the cache forgets the positions
+    /// the call added).
+    fn prefill(&self, embeddings: &[f32], cache: &mut dyn KVCache) -> Result<Vec<f32>> {
+        steps::prefill(self, embeddings, cache)
+    }
+
+    /// MLC's `decode`: [`GenerativeModel::prefill`] of one row, the next
+    /// position's input vector; returns its logits.
+    ///
+    /// ```
+    /// # use combs::formats::gguf::GgufFile;
+    /// # use combs::models::synth::{SynthConfig, synth_gguf};
+    /// # use combs::quant::QuantType;
+    /// use combs::gpu::GpuContext;
+    /// use combs::{CacheConfig, GenerativeModel, LoadOptions, ModelRegistry};
+    ///
+    /// fn main() -> combs::Result<()> {
+    ///     let ctx = GpuContext::new(None)?;
+    ///     # let tiny = SynthConfig::preset("tiny", QuantType::F32)?;
+    ///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+    ///     let model = ModelRegistry::new().load(&ctx, &gguf, &LoadOptions::default())?;
+    ///     let mut cache = model.create_kv_cache(&CacheConfig::contiguous(64))?;
+    ///     let mut logits = model.prefill(&model.embed(&[1, 2, 3])?, cache.as_mut())?;
+    ///     for _ in 0..2 {
+    ///         let next = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b]));
+    ///         let next = next.unwrap_or(0) as u32; // greedy
+    ///         logits = model.decode(&model.embed(&[next])?, cache.as_mut())?;
+    ///     }
+    ///     assert_eq!(cache.len(), 5);
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// `embedding` not one row, and the errors of [`GenerativeModel::prefill`].
+    fn decode(&self, embedding: &[f32], cache: &mut dyn KVCache) -> Result<Vec<f32>> {
+        steps::decode(self, embedding, cache)
     }
 }
 
@@ -262,6 +427,16 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
             f.put_rows(src, c.src_row, c.dst_row, c.rows)?;
         }
         Ok(())
+    }
+
+    fn record_read_rows(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        dst: &Arc<Buffer>,
+    ) -> Result<()> {
+        Forward::new(rec, self.planner, &s.work, n)?.read_rows(dst)
     }
 
     fn record_blocks(

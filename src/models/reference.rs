@@ -3,13 +3,13 @@
 //! defines "correct" for the GPU model in tests on small files; it is slow
 //! and keeps every weight as f32 in RAM.
 
+use super::rotary::RotaryEmbedding;
 use super::spec::ArchSpec;
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::ops::act_round::{ActRounding, Numerics, act_round_ref};
 use crate::ops::glu::act_ref;
 use crate::ops::rms_norm::rms_norm_ref;
-use crate::ops::rope::{RopeScaling, inv_freq, rope_ref};
 use crate::quant::dequantize_vec;
 use rayon::prelude::*;
 
@@ -325,23 +325,9 @@ impl ReferenceModel {
                     }
                 }
             }
-            let local = sp.window_of(il) > 0 && sp.family == super::Family::Gemma3;
-            let (base, scaling) = if local {
-                (sp.rope_base_local, RopeScaling::None)
-            } else {
-                (sp.rope_base, sp.rope_scaling.clone())
-            };
-            let f = inv_freq(sp.n_rot, base, &scaling.for_context(self.n_ctx));
-            for h in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
-                rope_ref(
-                    h,
-                    pos as i32,
-                    &f,
-                    sp.n_rot,
-                    sp.rope_style,
-                    sp.rope_attn_factor,
-                );
-            }
+            let rope = RotaryEmbedding::for_layer(&sp, il, self.n_ctx);
+            rope.apply_heads(&mut q, hd, pos as i32)?;
+            rope.apply_heads(&mut k, hd, pos as i32)?;
             // the KV cache holds f16, on the GPU as in llama.cpp
             let f16_kv = self.f16_kv;
             let half = |v: Vec<f32>| -> Vec<f32> {

@@ -94,7 +94,27 @@ fn load_llama(
     Ok(Arc::new(Loaded::new(arch, planner)))
 }
 
-/// Every architecture combs runs.
+/// Every architecture combs runs: resolves a file's architecture name
+/// into an [`ArchSpec`] and loads it as a [`GenerativeModel`].
+///
+/// ```
+/// # use combs::formats::gguf::GgufFile;
+/// # use combs::models::synth::{SynthConfig, synth_gguf};
+/// # use combs::quant::QuantType;
+/// use combs::gpu::GpuContext;
+/// use combs::{GenerativeModel, LoadOptions, ModelRegistry};
+///
+/// fn main() -> combs::Result<()> {
+///     let registry = ModelRegistry::new();
+///     assert!(registry.lookup("Qwen2ForCausalLM").is_some());
+///     let ctx = GpuContext::new(None)?;
+///     # let tiny = SynthConfig::preset("tiny", QuantType::Q8_0)?;
+///     # let gguf = GgufFile::from_bytes(synth_gguf(&tiny)?.to_bytes())?;
+///     let model = registry.load(&ctx, &gguf, &LoadOptions::default())?;
+///     assert_eq!(model.spec().arch, "llama");
+///     Ok(())
+/// }
+/// ```
 pub struct ModelRegistry {
     entries: Vec<Registration>,
 }

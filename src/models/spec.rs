@@ -27,6 +27,24 @@ pub enum Family {
 }
 
 /// Attention kind of one layer.
+///
+/// ```
+/// use combs::formats::gguf::GgufFile;
+/// use combs::models::synth::{SynthConfig, synth_gguf};
+/// use combs::quant::QuantType;
+/// use combs::{LayerKind, ModelRegistry};
+///
+/// fn main() -> combs::Result<()> {
+///     let mut cfg = SynthConfig::preset("tiny", QuantType::F32)?;
+///     cfg.arch = "mistral".into();
+///     cfg.sliding_window = 16;
+///     let g = GgufFile::from_bytes(synth_gguf(&cfg)?.to_bytes())?;
+///     let spec = ModelRegistry::new().resolve(&g)?;
+///     assert_eq!(spec.layers[0], LayerKind::SlidingWindow { window: 16 });
+///     assert_eq!(spec.window_of(0), 16);
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerKind {
     /// Causal attention over the whole context.

@@ -178,7 +178,7 @@ fn split_target(ctx: &GpuContext) -> usize {
 
 /// Workgroups each (token, head) of a decode call is split over: enough
 /// that `pairs` (token, head) pairs fill the device
-/// ([`split_target`]), no more than `max_keys` keys (where the caller
+/// (`split_target`), no more than `max_keys` keys (where the caller
 /// knows them) make whole iterations of the kernel's workgroup, and at most
 /// [`MAX_KEY_SPLITS`]. One (the kernel without splits) on CPU devices,
 /// where workgroups do not run side by side in numbers, and where the

@@ -1,6 +1,8 @@
 //! `dequant`: expands a GPU-resident weight to f32 on the GPU. A validation
 //! path (the fused matvec/matmul kernels never materialize f32 weights); its
-//! output must equal [`crate::quant::dequantize`] bit for bit.
+//! output must equal [`crate::quant::dequantize`] bit for bit. The spec's
+//! named forms (`dequantize_q4_0_gpu` ... `dequantize_q6_k_gpu`) are
+//! [`dequantize_gpu`] on a weight of that format.
 
 use std::sync::Arc;
 
@@ -8,6 +10,7 @@ use super::params::DequantParams;
 use super::pc_u32;
 use crate::error::Result;
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, MemoryKind, Recording};
+use crate::quant::weight::{Q4KWeight, Q5KWeight, Q6KWeight, Q40Weight, Q50Weight, Q80Weight};
 use crate::quant::{QuantType, QuantWeight};
 
 /// Records expansion of `n` weights starting at weight `first` of `chunk_buffer`
@@ -78,4 +81,49 @@ pub fn dequantize_gpu(ctx: &Arc<GpuContext>, w: &QuantWeight) -> Result<Vec<f32>
         }
     }
     Ok(out)
+}
+
+/// Declares the spec's dequantizer of one weight format: [`dequantize_gpu`]
+/// on a weight whose format the type fixes, with a doc example that checks
+/// it bit for bit against the CPU reference.
+macro_rules! named_dequant {
+    ($($name:ident, $weight:ident, $upper:literal, $t:ident, $n:literal, $k:literal;)*) => {$(
+        #[doc = concat!(
+            "Expands a [`", stringify!($weight), "`] to f32 on the GPU with the ", $upper,
+            " dequant-only kernel (row-major, `n_out * k` floats): a validation path, bit for \
+             bit the CPU reference [`crate::quant::dequantize`].\n\n",
+            "```\n",
+            "use combs::gpu::GpuContext;\n",
+            "use combs::quant::{QuantType, dequantize_vec, quantize};\n",
+            "use combs::{", stringify!($weight), ", ", stringify!($name), "};\n\n",
+            "fn main() -> combs::Result<()> {\n",
+            "    let ctx = GpuContext::new(None)?;\n",
+            "    let (n_out, k) = (", stringify!($n), ", ", stringify!($k), ");\n",
+            "    let w: Vec<f32> = (0..n_out * k).map(|i| (i as f32 * 0.3).sin()).collect();\n",
+            "    let bytes = quantize(QuantType::", stringify!($t), ", &w)?;\n",
+            "    let weight = ", stringify!($weight),
+            "::from_gguf_bytes(&ctx, &bytes, n_out, k)?;\n",
+            "    let gpu = ", stringify!($name), "(&ctx, &weight)?;\n",
+            "    let cpu = dequantize_vec(QuantType::", stringify!($t),
+            ", &bytes, n_out * k)?;\n",
+            "    assert!(gpu.iter().zip(&cpu).all(|(a, b)| a.to_bits() == b.to_bits()));\n",
+            "    Ok(())\n",
+            "}\n",
+            "```\n\n",
+            "# Errors\n",
+            "Out of memory or a failing Vulkan call."
+        )]
+        pub fn $name(ctx: &Arc<GpuContext>, w: &$weight) -> Result<Vec<f32>> {
+            dequantize_gpu(ctx, w.as_weight())
+        }
+    )*};
+}
+
+named_dequant! {
+    dequantize_q4_0_gpu, Q40Weight, "Q4_0", Q4_0, 2, 64;
+    dequantize_q5_0_gpu, Q50Weight, "Q5_0", Q5_0, 2, 64;
+    dequantize_q8_0_gpu, Q80Weight, "Q8_0", Q8_0, 2, 64;
+    dequantize_q4_k_gpu, Q4KWeight, "Q4_K", Q4K, 2, 256;
+    dequantize_q5_k_gpu, Q5KWeight, "Q5_K", Q5K, 2, 256;
+    dequantize_q6_k_gpu, Q6KWeight, "Q6_K", Q6K, 2, 256;
 }

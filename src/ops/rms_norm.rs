@@ -11,6 +11,19 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
 
 /// How the normalized row is scaled.
+///
+/// ```
+/// use combs::NormFlavor;
+/// use combs::ops::rms_norm::rms_norm_ref;
+///
+/// // A zero-centred weight `w` scales as the plain weight `1 + w` does.
+/// let x = [1.0f32, -2.0, 3.0, -4.0];
+/// let w = [0.5f32, 0.0, -0.5, 1.0];
+/// let w1: Vec<f32> = w.iter().map(|v| 1.0 + v).collect();
+/// let a = rms_norm_ref(&x, Some(&w), NormFlavor::ZeroCentred, 1e-6);
+/// let b = rms_norm_ref(&x, Some(&w1), NormFlavor::Plain, 1e-6);
+/// assert_eq!(a, b);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormFlavor {
     /// `x̂ · w` (Llama, Qwen, Mistral, Phi-3; Gemma GGUFs store `1 + w` already).
@@ -208,6 +221,72 @@ pub fn record_rms_norm(rec: &mut Recording, call: &RmsNormCall<'_>) -> Result<()
         bytemuck::bytes_of(&params),
         groups,
     )
+}
+
+/// The spec's `rms_norm`: records `y = x / sqrt(mean(x²) + eps) * w` for
+/// every row of `x` (eps inside the root; `w` as `flavor` says), into `y`
+/// of `x`'s shape — [`record_rms_norm`] of a whole-row [`RmsNormCall`]. It
+/// records only; the caller submits.
+///
+/// ```
+/// use combs::gpu::{Buffer, GpuContext, MemoryKind, run_once};
+/// use combs::ops::Mat;
+/// use combs::ops::rms_norm::rms_norm_ref;
+/// use combs::{NormFlavor, rms_norm};
+///
+/// fn main() -> combs::Result<()> {
+///     let ctx = GpuContext::new(None)?;
+///     let (rows, cols) = (2, 64);
+///     let x: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let w: Vec<f32> = (0..cols).map(|i| 0.5 + i as f32 / 64.0).collect();
+///     let xb = Buffer::new(&ctx, 4 * x.len() as u64, MemoryKind::Upload, "x")?;
+///     let wb = Buffer::new(&ctx, 4 * w.len() as u64, MemoryKind::Upload, "w")?;
+///     let yb = Buffer::new(&ctx, 4 * x.len() as u64, MemoryKind::Readback, "y")?;
+///     xb.write_slice(0, &x)?;
+///     wb.write_slice(0, &w)?;
+///     run_once(&ctx, |rec| {
+///         let (x, y) = (Mat::new(&xb, rows, cols), Mat::new(&yb, rows, cols));
+///         rms_norm(rec, x, &wb, NormFlavor::Plain, 1e-6, y)
+///     })?;
+///     let mut y = vec![0.0f32; x.len()];
+///     yb.read_slice(0, &mut y)?;
+///     for (row, got) in x.chunks(cols).zip(y.chunks(cols)) {
+///         let want = rms_norm_ref(row, Some(&w), NormFlavor::Plain, 1e-6);
+///         assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-5));
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `y` not of `x`'s shape, a weight shorter than a row, views outside
+/// their buffers, or a value beyond 32 bits.
+pub fn rms_norm(
+    rec: &mut Recording,
+    x: Mat<'_>,
+    weight: &Arc<Buffer>,
+    flavor: NormFlavor,
+    eps: f32,
+    y: Mat<'_>,
+) -> Result<()> {
+    if weight.size() < 4 * x.cols as u64 {
+        return Err(ModelError::Shape {
+            tensor: "rms_norm weight".into(),
+            expected: vec![x.cols as u64],
+            got: vec![weight.size() / 4],
+        });
+    }
+    let call = RmsNormCall {
+        x,
+        norm: RmsNorm {
+            weight: Some(weight),
+            flavor,
+            eps,
+        },
+        out: NormOut::Store(AnyMat::F32(y)),
+        head_dim: None,
+    };
+    record_rms_norm(rec, &call)
 }
 
 /// Reference RMS norm of one row (f64 sum of squares, as ggml's CPU path).

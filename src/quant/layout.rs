@@ -12,6 +12,7 @@
 //! bytes unchanged.
 
 use super::QuantType;
+use crate::error::{ModelError, Result};
 
 /// Where one quant plane comes from inside a GGUF block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +120,24 @@ pub fn repack(t: QuantType, src: &[u8], dst: &mut [u8]) {
     let sp = layout.scale_plane();
     repack_plane(src, bb, &sp, &mut dst[base..base + nb * sp.bytes]);
     dst[base + nb * sp.bytes..].fill(0);
+}
+
+/// The device layout of the GGUF blocks in `src` as a new vector: the
+/// checked form of [`repack`] behind the named `repack_q4_0` ... `repack_q6_k`.
+///
+/// # Errors
+/// `src` is not a whole number of blocks of `t`.
+pub fn repack_vec(t: QuantType, src: &[u8]) -> Result<Vec<u8>> {
+    let bb = t.block_bytes();
+    if !src.len().is_multiple_of(bb) {
+        return Err(ModelError::invalid(
+            "blocks",
+            format!("{} bytes are not whole {t} blocks of {bb} bytes", src.len()),
+        ));
+    }
+    let mut dst = vec![0u8; device_bytes(t, src.len() / bb)];
+    repack(t, src, &mut dst);
+    Ok(dst)
 }
 
 /// Copies one plane's bytes out of every block of `src` into `dst`.

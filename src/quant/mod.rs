@@ -1,7 +1,9 @@
 //! Weight formats: for each GGML type combs runs, the GGUF block struct, the
 //! CPU reference dequantizer (what every kernel is tested against, bit for
 //! bit), the reference quantizer, and the device layout written by
-//! [`layout::repack`]. [`weight`] holds the GPU-resident weight types.
+//! [`layout::repack`] (per format: [`repack_q4_0`] ... [`repack_q6_k`]).
+//! [`weight`] holds the GPU-resident weight types ([`QuantWeight`], and
+//! the statically typed [`Q40Weight`] ... [`Q6KWeight`]).
 
 pub mod block;
 pub mod kquant_search;
@@ -32,8 +34,17 @@ use block::{Block, dequantize_row, quantize_row};
 /// The GGML type table, which belongs to the file format (`crate::formats`).
 pub use crate::formats::ggml_type as types;
 pub use crate::formats::ggml_type::QuantType;
-pub use layout::{DeviceLayout, device_bytes, repack};
-pub use weight::{QuantWeight, TensorBytes, WeightChunk};
+pub use layout::{DeviceLayout, device_bytes, repack, repack_vec};
+pub use q4_0::repack_q4_0;
+pub use q4_k::repack_q4_k;
+pub use q5_0::repack_q5_0;
+pub use q5_k::repack_q5_k;
+pub use q6_k::repack_q6_k;
+pub use q8_0::repack_q8_0;
+pub use weight::{
+    Q4KWeight, Q5KWeight, Q6KWeight, Q40Weight, Q50Weight, Q80Weight, QWeight, QuantWeight,
+    TensorBytes, WeightChunk, WeightFormat,
+};
 
 use crate::error::{ModelError, Result};
 

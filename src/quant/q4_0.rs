@@ -76,3 +76,29 @@ pub(crate) fn symmetric_levels(xb: &[f32], bits: u32) -> (f32, [u8; 32]) {
     });
     (d, levels)
 }
+
+/// Writes Q4_0 blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q4_0 kernels read: every block's 16 bytes of nibbles, then every
+/// block's f16 scale. Device bytes per weight equal the file's: 18 bytes per 32
+/// weights (4.5 bits), so decode reads each weight byte once (an odd number of
+/// blocks is padded to a 32-bit word).
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q4_0, &w)?;
+///     let device = combs::repack_q4_0(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..16], &blocks[2..18]); // block 0's nibbles lead
+///     assert_eq!(&device[32..34], &blocks[..2]); // then the scales
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q4_0 blocks.
+pub fn repack_q4_0(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q4_0, src)
+}

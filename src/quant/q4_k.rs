@@ -166,3 +166,30 @@ pub(crate) fn levels_k4(xb: &[f32], nmax: i32, rmin: f32, nstep: i32) -> ([u8; Q
         },
     )
 }
+
+/// Writes Q4_K blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q4_K kernels read: every block's 128 bytes of nibbles, then every
+/// block's 12 bytes of packed 6-bit sub-block scales and mins, then every
+/// block's f16 `d` and `dmin`. Device bytes per weight equal the file's: 144
+/// bytes per 256 weights (4.5 bits), so decode reads each weight byte once.
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q4K, &w)?;
+///     let device = combs::repack_q4_k(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..128], &blocks[16..144]); // the nibbles lead
+///     assert_eq!(&device[128..140], &blocks[4..16]); // then the sub-block scales
+///     assert_eq!(&device[140..144], &blocks[..4]); // then d and dmin
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q4_K blocks.
+pub fn repack_q4_k(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q4K, src)
+}

@@ -74,3 +74,31 @@ impl Block for BlockQ5_0 {
         }
     }
 }
+
+/// Writes Q5_0 blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q5_0 kernels read: every block's 16 bytes of low nibbles, then
+/// every block's 4 bytes of fifth bits, then every block's f16 scale. Device
+/// bytes per weight equal the file's: 22 bytes per 32 weights (5.5 bits), so
+/// decode reads each weight byte once (an odd number of blocks is padded to a
+/// 32-bit word).
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q5_0, &w)?;
+///     let device = combs::repack_q5_0(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..16], &blocks[6..22]); // block 0's nibbles lead
+///     assert_eq!(&device[32..36], &blocks[2..6]); // then the fifth bits
+///     assert_eq!(&device[40..42], &blocks[..2]); // then the scales
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q5_0 blocks.
+pub fn repack_q5_0(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q5_0, src)
+}

@@ -61,3 +61,31 @@ impl Block for BlockQ5K {
         y
     }
 }
+
+/// Writes Q5_K blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q5_K kernels read: every block's 128 bytes of low nibbles, then
+/// every block's 32 bytes of fifth bits, then every block's 12 bytes of sub-
+/// block scales and mins, then every block's f16 `d` and `dmin`. Device bytes
+/// per weight equal the file's: 176 bytes per 256 weights (5.5 bits), so decode
+/// reads each weight byte once.
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q5K, &w)?;
+///     let device = combs::repack_q5_k(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..128], &blocks[48..176]); // the nibbles lead
+///     assert_eq!(&device[128..160], &blocks[16..48]); // then the fifth bits
+///     assert_eq!(&device[172..176], &blocks[..4]); // d and dmin last
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q5_K blocks.
+pub fn repack_q5_k(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q5K, src)
+}

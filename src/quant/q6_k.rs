@@ -99,3 +99,31 @@ impl Block for BlockQ6K {
         y
     }
 }
+
+/// Writes Q6_K blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q6_K kernels read: every block's 128 bytes of low nibbles, then
+/// every block's 64 bytes of high bits, then every block's 16 sub-block scales,
+/// then every block's f16 `d` (the whole padded to a 32-bit word). Device bytes
+/// per weight equal the file's: 210 bytes per 256 weights (6.5625 bits), so
+/// decode reads each weight byte once.
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..512).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q6K, &w)?;
+///     let device = combs::repack_q6_k(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..128], &blocks[..128]); // block 0's low nibbles lead
+///     assert_eq!(&device[256..320], &blocks[128..192]); // then the high bits
+///     assert_eq!(&device[416..418], &blocks[208..210]); // d last
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q6_K blocks.
+pub fn repack_q6_k(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q6K, src)
+}

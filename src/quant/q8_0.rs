@@ -48,3 +48,29 @@ impl Block for BlockQ8_0 {
         b
     }
 }
+
+/// Writes Q8_0 blocks (GGUF bytes, unchanged from the file) in the device
+/// layout the Q8_0 kernels read: every block's 32 quants, then every block's
+/// f16 scale. Device bytes per weight equal the file's: 34 bytes per 32 weights
+/// (8.5 bits), so decode reads each weight byte once (an odd number of blocks
+/// is padded to a 32-bit word).
+///
+/// ```
+/// use combs::quant::{QuantType, quantize};
+///
+/// fn main() -> combs::Result<()> {
+///     let w: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+///     let blocks = quantize(QuantType::Q8_0, &w)?;
+///     let device = combs::repack_q8_0(&blocks)?;
+///     assert_eq!(device.len(), blocks.len());
+///     assert_eq!(&device[..32], &blocks[2..34]); // block 0's quants lead
+///     assert_eq!(&device[64..66], &blocks[..2]); // then the scales
+///     Ok(())
+/// }
+/// ```
+///
+/// # Errors
+/// `src` is not a whole number of Q8_0 blocks.
+pub fn repack_q8_0(src: &[u8]) -> crate::Result<Vec<u8>> {
+    super::layout::repack_vec(super::QuantType::Q8_0, src)
+}

@@ -277,29 +277,72 @@ pub trait WeightFormat {
     const TYPE: QuantType;
 }
 
-/// A [`QuantWeight`] whose format is known at compile time (`Q4KWeight`, ...).
+/// A [`QuantWeight`] whose format is known at compile time: the spec's
+/// `Q40Weight`, `Q4KWeight`, ... are this type for one format each. A
+/// newtype over the engine's weight (same chunks, same device layout, same
+/// kernels); [`QWeight::as_weight`] or `From` hands it to the ops.
 pub struct QWeight<F: WeightFormat> {
     inner: QuantWeight,
     _format: PhantomData<F>,
 }
 
+impl<F: WeightFormat> std::fmt::Debug for QWeight<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
 impl<F: WeightFormat> QWeight<F> {
-    /// Uploads a `[rows, cols]` tensor stored as `F` from its GGUF bytes.
+    /// Uploads a `[n_out, k]` matrix of `F` from its GGUF bytes, taken
+    /// unchanged (the mmap'd tensor data; `k` a multiple of the block size),
+    /// through a staging ring of its own that is flushed before returning.
     ///
     /// # Errors
     /// As [`QuantWeight::from_gguf_bytes`].
     pub fn from_gguf_bytes(
         ctx: &Arc<GpuContext>,
+        bytes: &[u8],
+        n_out: usize,
+        k: usize,
+    ) -> Result<Self> {
+        let mut up = Uploader::new(ctx)?;
+        let w = Self::upload(ctx, &mut up, F::TYPE.name(), n_out, k, bytes)?;
+        up.flush()?;
+        Ok(w)
+    }
+
+    /// As [`QWeight::from_gguf_bytes`] through a caller's staging ring (many
+    /// weights share one; the data is on the device once `up` is flushed).
+    ///
+    /// # Errors
+    /// As [`QuantWeight::from_gguf_bytes`].
+    pub fn upload(
+        ctx: &Arc<GpuContext>,
         up: &mut Uploader,
         name: &str,
-        rows: usize,
-        cols: usize,
+        n_out: usize,
+        k: usize,
         bytes: &[u8],
     ) -> Result<Self> {
         Ok(QWeight {
-            inner: QuantWeight::from_gguf_bytes(ctx, up, name, F::TYPE, rows, cols, bytes)?,
+            inner: QuantWeight::from_gguf_bytes(ctx, up, name, F::TYPE, n_out, k, bytes)?,
             _format: PhantomData,
         })
+    }
+
+    /// Output features (rows).
+    pub fn n_out(&self) -> usize {
+        self.inner.rows()
+    }
+
+    /// Input features (columns).
+    pub fn k(&self) -> usize {
+        self.inner.cols()
+    }
+
+    /// Bytes the weight occupies on the device.
+    pub fn device_bytes(&self) -> u64 {
+        self.inner.device_bytes()
     }
 
     /// The untyped weight, as ops take it.
@@ -313,43 +356,109 @@ impl<F: WeightFormat> QWeight<F> {
     }
 }
 
+impl<F: WeightFormat> From<QWeight<F>> for QuantWeight {
+    fn from(w: QWeight<F>) -> Self {
+        w.inner
+    }
+}
+
+impl<F: WeightFormat> TryFrom<QuantWeight> for QWeight<F> {
+    type Error = ModelError;
+
+    /// Takes on the static type of the weight's format.
+    ///
+    /// # Errors
+    /// The weight is of another format.
+    fn try_from(w: QuantWeight) -> Result<Self> {
+        if w.qtype() != F::TYPE {
+            return Err(ModelError::invalid(
+                "weight",
+                format!("`{}` is {}, not {}", w.name(), w.qtype(), F::TYPE),
+            ));
+        }
+        Ok(QWeight {
+            inner: w,
+            _format: PhantomData,
+        })
+    }
+}
+
+/// Declares the marker of each format and its weight alias. A format given
+/// `example(name, lower-case name, n_out, k)` gets a doc example that uploads
+/// a matrix of that shape (the spec's named weights); the others get one
+/// sentence.
 macro_rules! weight_formats {
-    ($($(#[$doc:meta])* $marker:ident, $alias:ident => $t:expr;)*) => {$(
+    ($(
+        $(#[$doc:meta])* $marker:ident, $alias:ident => $t:ident
+        $(, example($upper:literal, $lower:literal, $n:literal, $k:literal))?;
+    )*) => {$(
         $(#[$doc])*
         pub struct $marker;
         impl WeightFormat for $marker {
-            const TYPE: QuantType = $t;
+            const TYPE: QuantType = QuantType::$t;
         }
+        weight_formats!(@alias $marker, $alias, $t $(, $upper, $lower, $n, $k)?);
+    )*};
+    (@alias $marker:ident, $alias:ident, $t:ident) => {
         #[doc = concat!("A GPU-resident weight stored as ", stringify!($marker), ".")]
         pub type $alias = QWeight<$marker>;
-    )*};
+    };
+    (
+        @alias $marker:ident, $alias:ident, $t:ident,
+        $upper:literal, $lower:literal, $n:literal, $k:literal
+    ) => {
+        #[doc = concat!(
+            "A weight matrix `[n_out, k]` resident in VRAM as ", $upper,
+            " blocks (`k` a multiple of the block) in the device layout of [`repack_",
+            $lower, "`](crate::repack_", $lower, ") (the file's bytes per weight), read by \
+             the fused ", $upper, " kernels.\n\n",
+            "```\n",
+            "use combs::gpu::GpuContext;\n",
+            "use combs::quant::{QuantType, quantize};\n",
+            "use combs::", stringify!($alias), ";\n\n",
+            "fn main() -> combs::Result<()> {\n",
+            "    let ctx = GpuContext::new(None)?;\n",
+            "    let (n_out, k) = (", stringify!($n), ", ", stringify!($k), ");\n",
+            "    let w: Vec<f32> = (0..n_out * k).map(|i| (i as f32 * 0.37).sin()).collect();\n",
+            "    // The blocks as a GGUF file holds them.\n",
+            "    let bytes = quantize(QuantType::", stringify!($t), ", &w)?;\n",
+            "    let weight = ", stringify!($alias),
+            "::from_gguf_bytes(&ctx, &bytes, n_out, k)?;\n",
+            "    assert_eq!((weight.n_out(), weight.k()), (n_out, k));\n",
+            "    assert_eq!(weight.device_bytes(), bytes.len() as u64);\n",
+            "    Ok(())\n",
+            "}\n",
+            "```"
+        )]
+        pub type $alias = QWeight<$marker>;
+    };
 }
 
 weight_formats! {
     /// 32-bit float weights.
-    F32, F32Weight => QuantType::F32;
+    F32, F32Weight => F32;
     /// IEEE half weights.
-    F16, F16Weight => QuantType::F16;
+    F16, F16Weight => F16;
     /// bfloat16 weights.
-    BF16, BF16Weight => QuantType::BF16;
+    BF16, BF16Weight => BF16;
     /// Q4_0 weights.
-    Q4_0, Q4_0Weight => QuantType::Q4_0;
+    Q4_0, Q40Weight => Q4_0, example("Q4_0", "q4_0", 2, 64);
     /// Q4_1 weights.
-    Q4_1, Q4_1Weight => QuantType::Q4_1;
+    Q4_1, Q41Weight => Q4_1;
     /// Q5_0 weights.
-    Q5_0, Q5_0Weight => QuantType::Q5_0;
+    Q5_0, Q50Weight => Q5_0, example("Q5_0", "q5_0", 2, 64);
     /// Q5_1 weights.
-    Q5_1, Q5_1Weight => QuantType::Q5_1;
+    Q5_1, Q51Weight => Q5_1;
     /// Q8_0 weights.
-    Q8_0, Q8_0Weight => QuantType::Q8_0;
+    Q8_0, Q80Weight => Q8_0, example("Q8_0", "q8_0", 2, 64);
     /// Q2_K weights.
-    Q2K, Q2KWeight => QuantType::Q2K;
+    Q2K, Q2KWeight => Q2K;
     /// Q3_K weights.
-    Q3K, Q3KWeight => QuantType::Q3K;
+    Q3K, Q3KWeight => Q3K;
     /// Q4_K weights.
-    Q4K, Q4KWeight => QuantType::Q4K;
+    Q4K, Q4KWeight => Q4K, example("Q4_K", "q4_k", 2, 256);
     /// Q5_K weights.
-    Q5K, Q5KWeight => QuantType::Q5K;
+    Q5K, Q5KWeight => Q5K, example("Q5_K", "q5_k", 2, 256);
     /// Q6_K weights.
-    Q6K, Q6KWeight => QuantType::Q6K;
+    Q6K, Q6KWeight => Q6K, example("Q6_K", "q6_k", 2, 256);
 }

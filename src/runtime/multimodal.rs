@@ -91,7 +91,7 @@ impl VisionModel {
     /// Resizes, tiles and encodes `image`.
     ///
     /// # Errors
-    /// An image the preprocessing refuses (see [`crate::vision::preprocess`]),
+    /// An image the preprocessing refuses (see [`crate::vision::preprocess()`]),
     /// device errors.
     pub fn encode(&self, image: &RgbImage) -> Result<EncodedImage> {
         let t = Instant::now();

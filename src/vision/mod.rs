@@ -1,7 +1,7 @@
 //! Images in, vision-encoder input out, for SmolVLM (Idefics3): decoding
 //! PNG/JPEG to RGB8 ([`decode`]), PIL-exact LANCZOS resizing ([`resize`]),
 //! the tiling and normalization of transformers' Idefics3 image processor
-//! ([`preprocess`]), the `[1, 3, H, W]` tensor of a tile ([`tensor`]) and
+//! ([`mod@preprocess`]), the `[1, 3, H, W]` tensor of a tile ([`tensor`]) and
 //! the prompt text that stands for an image ([`prompt`]). Nothing here
 //! touches a device.
 

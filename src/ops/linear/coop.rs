@@ -151,9 +151,9 @@ impl CoopTile {
 
     /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
     /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
-    /// weights where its workgroups fill whole waves ([`full_waves`]) and for
+    /// weights where its workgroups fill whole waves (`full_waves`) and for
     /// narrower ones at 1024+ tokens where they make four waves or more
-    /// ([`many_waves`]), 64 × 64 for other weights of 1024+ rows or at 512+
+    /// (`many_waves`), 64 × 64 for other weights of 1024+ rows or at 512+
     /// tokens, the 32-row tile for smaller ones. On the H200, SmolLM2-135M's
     /// f16 weights at 13312 tokens (a 13-tile image's vision encoder):
     /// 59-76 TFLOP/s with [`CoopTile::TALL`], 19-77 with [`CoopTile::BIG`]

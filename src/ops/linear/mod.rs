@@ -12,8 +12,11 @@
 //! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them);
 //! - [`skinny`]: cooperative-matrix products of 9-16 tokens (batched decode).
 //!
-//! Weights split into row chunks get one dispatch per chunk.
+//! Weights split into row chunks get one dispatch per chunk. [`api`] holds
+//! the spec's `Linear` (dense or `Quant(Box<dyn QuantLinearOp>)`), a layer
+//! a caller builds and runs on its own over this struct and entry point.
 
+pub mod api;
 pub mod coop;
 pub mod matvec;
 pub mod rows;

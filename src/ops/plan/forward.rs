@@ -131,6 +131,30 @@ impl<'r, 'a> Forward<'r, 'a> {
         Ok(())
     }
 
+    /// Records a copy of the call's rows of the residual stream into rows
+    /// `0..n` of `dst` (f32, `n_embd` each): after [`Forward::embed`], the
+    /// input vectors of the call's tokens, for a caller to read.
+    ///
+    /// # Errors
+    /// `dst` smaller than the call's rows.
+    pub fn read_rows(&mut self, dst: &Arc<Buffer>) -> Result<()> {
+        let bytes = (4 * self.n * self.ws.shape.n_embd) as u64;
+        if dst.size() < bytes {
+            return Err(ModelError::BufferTooSmall {
+                needed: bytes as usize,
+                got: dst.size() as usize,
+            });
+        }
+        let call = CopyCall {
+            src: &self.ws.x,
+            src_offset: 0,
+            dst,
+            dst_offset: 0,
+            bytes,
+        };
+        self.kernels().copy(self.rec, &call)
+    }
+
     /// Records block `il` (its KV cache layer) over the residual.
     ///
     /// # Errors

@@ -4,6 +4,8 @@
 //! start-of-transcript position, the filtered step loop, and the chosen
 //! candidate with its average log-probability, text and compression ratio.
 //! Also language detection (`detect_language`).
+//!
+//! [`SpeechDecoder`]: crate::models::speech::SpeechDecoder
 
 use super::filters::{LogitFilters, log_softmax};
 use super::search::{Beam, Greedy, Search, rank};
