@@ -61,8 +61,26 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
+    /// HF `Metaspace` prefixing instead of llama.cpp's (see [`METASPACE_KEY`]).
+    metaspace: Option<MetaspacePrepend>,
     clean_spaces: bool,
     chat_template: Option<String>,
+}
+
+/// combs' own metadata key for an SPM vocabulary read from an HF
+/// `tokenizer.json` whose `▁` prefix comes from a `Metaspace`
+/// pre-tokenizer: `"always"` or `"first"`, its `prepend_scheme`. Metaspace
+/// prepends `▁` only to text that does not already start with a space, and
+/// with `"first"` only to text at the very start of the input; llama.cpp's
+/// `add_space_prefix` prepends it to every text at the start or after a
+/// special token. Absent from GGUF files, so their behaviour is llama.cpp's.
+pub const METASPACE_KEY: &str = "combs.tokenizer.metaspace_prepend_scheme";
+
+/// The `prepend_scheme` of an HF `Metaspace` pre-tokenizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetaspacePrepend {
+    Always,
+    First,
 }
 
 /// Everything the tokenizer reads from a GGUF file, as plain data.
@@ -77,6 +95,7 @@ pub(crate) struct TokenizerSpec {
     pub(crate) add_bos: Option<bool>,
     pub(crate) add_eos: Option<bool>,
     pub(crate) add_space_prefix: Option<bool>,
+    pub(crate) metaspace: Option<String>,
     pub(crate) chat_template: Option<String>,
     pub(crate) general_name: Option<String>,
     pub(crate) general_arch: Option<String>,
@@ -153,6 +172,7 @@ impl TokenizerSpec {
             add_bos: g.get_bool("tokenizer.ggml.add_bos_token")?,
             add_eos: g.get_bool("tokenizer.ggml.add_eos_token")?,
             add_space_prefix: g.get_bool("tokenizer.ggml.add_space_prefix")?,
+            metaspace: g.get_str(METASPACE_KEY)?.map(str::to_string),
             chat_template: g.get_str("tokenizer.chat_template")?.map(str::to_string),
             general_name: g.get_str("general.name").ok().flatten().map(str::to_string),
             general_arch: g
@@ -236,6 +256,17 @@ impl Tokenizer {
         if let Some(v) = spec.add_eos {
             add_eos = v;
         }
+        let metaspace = match spec.metaspace.as_deref() {
+            None => None,
+            Some("always") => Some(MetaspacePrepend::Always),
+            Some("first") => Some(MetaspacePrepend::First),
+            Some(other) => {
+                return Err(ModelError::Metadata {
+                    key: METASPACE_KEY.into(),
+                    reason: format!("unknown prepend scheme `{other}`"),
+                });
+            }
+        };
         let vocab = Vocab::build(VocabInput {
             kind,
             tokens: spec.tokens,
@@ -266,6 +297,7 @@ impl Tokenizer {
             add_bos,
             add_eos,
             add_space_prefix,
+            metaspace,
             clean_spaces,
             chat_template: spec.chat_template,
         })
@@ -294,10 +326,18 @@ impl Tokenizer {
                     match frag {
                         Fragment::Text { start, len } => {
                             buf.clear();
-                            if self.add_space_prefix && prev_special {
+                            let text = &bytes[start..start + len];
+                            let prefix = match self.metaspace {
+                                None => prev_special,
+                                Some(scheme) => {
+                                    text.first() != Some(&b' ')
+                                        && (scheme == MetaspacePrepend::Always || start == 0)
+                                }
+                            };
+                            if self.add_space_prefix && prefix {
                                 buf.extend_from_slice("\u{2581}".as_bytes());
                             }
-                            for &b in &bytes[start..start + len] {
+                            for &b in text {
                                 if b == b' ' {
                                     buf.extend_from_slice("\u{2581}".as_bytes());
                                 } else {
@@ -488,6 +528,7 @@ mod tests {
             add_bos: None,
             add_eos: None,
             add_space_prefix: None,
+            metaspace: None,
             chat_template: None,
             general_name: None,
             general_arch: None,

@@ -13,6 +13,7 @@
 //! `convert_hf_to_gguf.py` makes them serve llama.cpp.
 
 mod safetensors_set;
+mod spm;
 pub mod tokenizer;
 
 use std::path::{Path, PathBuf};

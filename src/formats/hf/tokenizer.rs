@@ -8,15 +8,20 @@
 //! pre-tokenizer (a `Split` regex, `Digits`, `ByteLevel`'s own regex) is
 //! matched to the `tokenizer.ggml.pre` name whose regex list is the same.
 //! SentencePiece-style BPE (byte fallback, `▁` for spaces: Llama 2,
-//! Mistral, Gemma, Phi-3) is refused with an error naming the key.
+//! Mistral v0.1-0.3, Gemma, Phi-3) becomes `tokenizer.ggml.model = "llama"`
+//! with scores derived from the merge ranks ([`super::spm`] says how and
+//! where that differs from llama.cpp's converter). Unigram is refused: the
+//! SPM tokenizer's greedy merging is not Unigram's best-path search.
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::key_err;
+use super::spm::{TYPE_NORMAL, spm_vocab};
 use crate::error::Result;
 use crate::formats::gguf::{MetaArray, MetaValue};
+use crate::tokenizer::METASPACE_KEY;
 
 /// GPT-2's regex, as `ByteLevel { use_regex: true }` applies it.
 const GPT2_RE: &str =
@@ -106,18 +111,22 @@ pub fn gguf_tokenizer_keys(
         .get("model")
         .ok_or_else(|| err("model", "missing"))?;
     let kind = model.get("type").and_then(Value::as_str).unwrap_or("BPE");
+    if kind == "Unigram" {
+        // llama.cpp's SPM merges greedily by score; Unigram picks the best
+        // segmentation by total score (Viterbi), which can differ
+        return Err(err(
+            "model.type",
+            "`Unigram` tokenizers are not supported (its best-path segmentation is not \
+             the SPM tokenizer's greedy merging); BPE only",
+        ));
+    }
     if kind != "BPE" {
         return Err(err(
             "model.type",
-            &format!("`{kind}` tokenizers are not supported (byte-level BPE only)"),
+            &format!("`{kind}` tokenizers are not supported (BPE only)"),
         ));
     }
-    if model.get("byte_fallback").and_then(Value::as_bool) == Some(true) {
-        return Err(err(
-            "model.byte_fallback",
-            "SentencePiece-style BPE (byte fallback) is not supported yet; byte-level BPE only",
-        ));
-    }
+    let sentencepiece = model.get("byte_fallback").and_then(Value::as_bool) == Some(true);
     let vocab = model
         .get("vocab")
         .and_then(Value::as_object)
@@ -133,7 +142,7 @@ pub fn gguf_tokenizer_keys(
         let id = id
             .as_u64()
             .ok_or_else(|| err(&format!("model.vocab.{text}"), "id is not an integer"))?;
-        entries.push((id, text.clone(), 1));
+        entries.push((id, text.clone(), TYPE_NORMAL));
     }
     for (i, t) in added.iter().enumerate() {
         let id = t.get("id").and_then(Value::as_u64);
@@ -167,63 +176,69 @@ pub fn gguf_tokenizer_keys(
         // an added token may repeat a vocabulary entry; it decides the type
         tokens[id as usize] = Some((text, ty));
     }
-    let (texts, types): (Vec<String>, Vec<i32>) = tokens
+    let (texts, mut types): (Vec<String>, Vec<i32>) = tokens
         .into_iter()
         .enumerate()
         .map(|(i, t)| t.unwrap_or_else(|| (format!("[PAD{i}]"), 5)))
         .unzip();
 
-    let merges: Vec<String> = match model.get("merges").and_then(Value::as_array) {
+    let merges: Vec<(String, String)> = match model.get("merges").and_then(Value::as_array) {
         Some(list) => list
             .iter()
             .enumerate()
-            .map(|(i, m)| match m {
-                Value::String(s) => Ok(s.clone()),
-                Value::Array(pair) => match (pair.first(), pair.get(1)) {
-                    (Some(Value::String(a)), Some(Value::String(b))) if pair.len() == 2 => {
-                        Ok(format!("{a} {b}"))
-                    }
-                    _ => Err(err(&format!("model.merges[{i}]"), "not a pair of strings")),
-                },
-                _ => Err(err(&format!("model.merges[{i}]"), "not a merge")),
+            .map(|(i, m)| {
+                let bad = || err(&format!("model.merges[{i}]"), "not a pair of strings");
+                match m {
+                    Value::String(s) => s
+                        .split_once(' ')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .ok_or_else(bad),
+                    Value::Array(pair) => match (pair.first(), pair.get(1)) {
+                        (Some(Value::String(a)), Some(Value::String(b))) if pair.len() == 2 => {
+                            Ok((a.clone(), b.clone()))
+                        }
+                        _ => Err(bad()),
+                    },
+                    _ => Err(err(&format!("model.merges[{i}]"), "not a merge")),
+                }
             })
             .collect::<Result<_>>()?,
         None => return Err(err("model.merges", "missing")),
     };
 
-    let mut regexes = Vec::new();
-    let pre_node = tokenizer.get("pre_tokenizer").unwrap_or(&Value::Null);
-    let pre = regexes_of(pre_node, &mut regexes)
-        .and_then(|()| pre_name(&regexes))
-        .ok_or_else(|| {
-            err(
-                "pre_tokenizer",
-                &format!("a pre-tokenizer combs has no match for: {pre_node}"),
-            )
-        })?;
-    if !tokenizer.get("normalizer").is_none_or(Value::is_null) {
-        return Err(err(
-            "normalizer",
-            "byte-level BPE with a normalizer is not supported",
-        ));
-    }
-
-    let mut out: Vec<(String, MetaValue)> = vec![
-        ("tokenizer.ggml.model".into(), MetaValue::from("gpt2")),
-        ("tokenizer.ggml.pre".into(), MetaValue::from(pre)),
-        (
-            "tokenizer.ggml.tokens".into(),
-            MetaValue::Array(MetaArray::Str(texts.clone())),
-        ),
-        (
-            "tokenizer.ggml.token_type".into(),
-            MetaValue::Array(MetaArray::I32(types)),
-        ),
-        (
-            "tokenizer.ggml.merges".into(),
-            MetaValue::Array(MetaArray::Str(merges)),
-        ),
-    ];
+    let mut out: Vec<(String, MetaValue)> = if sentencepiece {
+        let unk = model.get("unk_token").and_then(Value::as_str).or_else(|| {
+            tokenizer_config
+                .and_then(|c| c.get("unk_token"))
+                .and_then(token_text)
+        });
+        let sp = spm_vocab(&path, tokenizer, &texts, &mut types, &merges, unk)?;
+        let mut keys = vec![
+            ("tokenizer.ggml.model".into(), MetaValue::from("llama")),
+            (
+                "tokenizer.ggml.tokens".into(),
+                MetaValue::Array(MetaArray::Str(texts.clone())),
+            ),
+            (
+                "tokenizer.ggml.scores".into(),
+                MetaValue::Array(MetaArray::F32(sp.scores)),
+            ),
+            (
+                "tokenizer.ggml.token_type".into(),
+                MetaValue::Array(MetaArray::I32(types)),
+            ),
+            (
+                "tokenizer.ggml.add_space_prefix".into(),
+                MetaValue::Bool(sp.add_space_prefix),
+            ),
+        ];
+        if let Some(scheme) = sp.metaspace {
+            keys.push((METASPACE_KEY.into(), MetaValue::from(scheme)));
+        }
+        keys
+    } else {
+        byte_level_keys(&path, tokenizer, &texts, types, &merges)?
+    };
 
     // special tokens: tokenizer_config.json names them, config.json has ids
     let id_of = |text: &str| texts.iter().position(|t| t == text).map(|i| i as u32);
@@ -280,6 +295,50 @@ pub fn gguf_tokenizer_keys(
         out.push(("tokenizer.chat_template".into(), MetaValue::from(t)));
     }
     Ok(out)
+}
+
+/// The keys of a byte-level BPE tokenizer (`tokenizer.ggml.model = "gpt2"`).
+fn byte_level_keys(
+    path: &Path,
+    tokenizer: &Value,
+    texts: &[String],
+    types: Vec<i32>,
+    merges: &[(String, String)],
+) -> Result<Vec<(String, MetaValue)>> {
+    let err = |key: &str, reason: &str| key_err(path, key, reason);
+    let mut regexes = Vec::new();
+    let pre_node = tokenizer.get("pre_tokenizer").unwrap_or(&Value::Null);
+    let pre = regexes_of(pre_node, &mut regexes)
+        .and_then(|()| pre_name(&regexes))
+        .ok_or_else(|| {
+            err(
+                "pre_tokenizer",
+                &format!("a pre-tokenizer combs has no match for: {pre_node}"),
+            )
+        })?;
+    if !tokenizer.get("normalizer").is_none_or(Value::is_null) {
+        return Err(err(
+            "normalizer",
+            "byte-level BPE with a normalizer is not supported",
+        ));
+    }
+    let merges = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+    Ok(vec![
+        ("tokenizer.ggml.model".into(), MetaValue::from("gpt2")),
+        ("tokenizer.ggml.pre".into(), MetaValue::from(pre)),
+        (
+            "tokenizer.ggml.tokens".into(),
+            MetaValue::Array(MetaArray::Str(texts.to_vec())),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            MetaValue::Array(MetaArray::I32(types)),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            MetaValue::Array(MetaArray::Str(merges)),
+        ),
+    ])
 }
 
 /// Whether encoding adds BOS / EOS: `add_bos_token` / `add_eos_token` of
