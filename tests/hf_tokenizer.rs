@@ -117,3 +117,32 @@ fn spm_unsupported_normalizer_and_unigram_are_errors() {
     let e = err_of(|t| t["model"]["type"] = json!("Unigram"));
     assert!(e.contains("model.type") && e.contains("Unigram"), "{e}");
 }
+
+/// Optional wider check: `COMBS_SPM_EXTRA_CASES=FILE` (a cases.json-shaped
+/// file of transformers' ids for more texts, e.g. every line and 3000-byte
+/// chunk of /usr/share/common-licenses/*, made with this fixture's
+/// tokenizer) counts the texts where combs' ids differ; none may.
+#[test]
+fn spm_tokenizer_json_matches_transformers_on_extra_cases() {
+    let Ok(path) = std::env::var("COMBS_SPM_EXTRA_CASES") else {
+        return;
+    };
+    let t = tokenizer_of(&read("tokenizer.json")).expect("tokenizer");
+    let text = std::fs::read_to_string(&path).expect("extra cases");
+    let v: Value = serde_json::from_str(&text).expect("extra cases json");
+    let cases = v["cases"].as_array().expect("cases");
+    let (mut differ, mut tokens) = (0, 0);
+    for case in cases {
+        let text = case["text"].as_str().expect("text");
+        let want = ids(&case["ids"]);
+        tokens += want.len();
+        if t.encode(text, false, true).expect("encode") != want {
+            differ += 1;
+            if differ <= 5 {
+                eprintln!("differs: {text:?}");
+            }
+        }
+    }
+    eprintln!("{} texts, {tokens} tokens: {differ} differ", cases.len());
+    assert_eq!(differ, 0);
+}
