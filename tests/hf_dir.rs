@@ -10,7 +10,9 @@
 //!   within 1e-5 of the row's largest (the same tensors reach the same
 //!   kernels, so in practice they are equal);
 //! - `--quant q4` (Q4_1 at load time): within [`Q4_TOL`] of transformers;
-//! - transformers' token ids for varied texts (`tokenizer_cases`).
+//! - transformers' token ids for varied texts (`tokenizer_cases`);
+//! - llama_tiny with the SentencePiece-style tokenizer.json of
+//!   `spm_tokenizer/` loads and runs (logits equal to llama_tiny's).
 //!
 //! Bad directories (a file missing, config.json disagreeing with the
 //! tensors, an index naming a missing shard, a truncated safetensors
@@ -360,4 +362,75 @@ fn hf_smollm2_f16_dir_q4_perplexity_within_2_percent() {
         (q4 / f16 - 1.0) * 100.0
     );
     assert!(q4 <= f16 * 1.02, "q4 {q4} vs f16 {f16}");
+}
+
+/// `llama_tiny` with the SentencePiece-style tokenizer.json of
+/// `tests/fixtures/hf/spm_tokenizer/` (600 tokens): embedding and output
+/// rows padded from 320 to 600 (row `i` repeats row `i % 320`).
+fn llama_tiny_with_spm_tokenizer() -> PathBuf {
+    use safetensors::{SafeTensors, tensor::TensorView};
+    const N: usize = 600;
+    let src = fixtures().join("llama_tiny");
+    let dst = std::env::temp_dir().join(format!("combs-hf-spm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).expect("temp dir");
+    std::fs::copy(
+        src.join("chat_template.jinja"),
+        dst.join("chat_template.jinja"),
+    )
+    .expect("copy");
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(fixtures().join("spm_tokenizer").join(f), dst.join(f)).expect("copy");
+    }
+    let mut config = json("llama_tiny/config");
+    config["vocab_size"] = N.into();
+    std::fs::write(dst.join("config.json"), config.to_string()).expect("config");
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("weights");
+    let st = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let mut padded: Vec<(String, Vec<usize>, safetensors::Dtype, Vec<u8>)> = Vec::new();
+    for (name, t) in st.tensors() {
+        let mut shape = t.shape().to_vec();
+        let mut data = t.data().to_vec();
+        if name == "model.embed_tokens.weight" || name == "lm_head.weight" {
+            let row = data.len() / shape[0];
+            data = (0..N)
+                .flat_map(|i| data[(i % shape[0]) * row..][..row].to_vec())
+                .collect();
+            shape[0] = N;
+        }
+        padded.push((name, shape, t.dtype(), data));
+    }
+    let views: Vec<(String, TensorView)> = padded
+        .iter()
+        .map(|(n, s, d, b)| (n.clone(), TensorView::new(*d, s.clone(), b).expect("view")))
+        .collect();
+    let out = safetensors::serialize(views, None).expect("serialize");
+    std::fs::write(dst.join("model.safetensors"), out).expect("write");
+    dst
+}
+
+#[test]
+fn hf_dir_with_spm_tokenizer_loads_and_runs() {
+    let dir = llama_tiny_with_spm_tokenizer();
+    let model = load(&dir, None);
+    let tok = model.tokenizer();
+    assert_eq!(tok.n_vocab(), 600);
+    let ids = tok.encode("Hello world", true, true).expect("encode");
+    assert_eq!(ids.first(), Some(&1), "BOS first: {ids:?}");
+    assert!(ids.iter().any(|&t| t >= 320), "a token past 320: {ids:?}");
+    let got = logits(&model, &ids);
+    assert_eq!(got.len(), ids.len() * 600);
+    assert!(got.iter().all(|x| x.is_finite()));
+    // ids below 320 reach the same embedding rows as llama_tiny's, and its
+    // first 320 output rows: the same logits there
+    let low: Vec<u32> = ids.iter().map(|&t| t % 320).collect();
+    let base = logits(&load(&fixtures().join("llama_tiny"), None), &low);
+    let mut worst = 0.0f32;
+    for (g, b) in got.chunks(600).zip(base.chunks(320)) {
+        for (x, y) in g[..320].iter().zip(b) {
+            worst = worst.max((x - y).abs());
+        }
+    }
+    assert!(worst < 1e-4, "{worst}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
