@@ -203,6 +203,28 @@ fn cli_info_rejects_sampled_truncations() {
     }
 }
 
+/// A Hugging Face directory is described as the GGUF combs converts it to;
+/// a directory without config.json is an error naming it.
+#[test]
+fn cli_info_describes_hf_directories() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/qwen2_tiny");
+    let out = combs(&["info", "-m", dir.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("\"qwen2\""), "{stdout}");
+    assert!(stdout.contains("qwen2.block_count"), "{stdout}");
+    let empty = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli_info_{}_emptydir", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = combs(&["info", "-m", empty.to_str().unwrap()]);
+    assert_clean_failure(&out, "directory without config.json");
+    assert!(
+        text(&out.stderr).contains("config.json"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn cli_info_missing_file_is_error() {
     let out = combs(&["info", "-m", "/nonexistent/combs/model.gguf"]);

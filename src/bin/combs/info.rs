@@ -1,4 +1,5 @@
-//! `combs info`: describes a GGUF file (version, metadata with long values
+//! `combs info`: describes a GGUF file or a Hugging Face directory as the
+//! GGUF combs converts it to (version, metadata with long values
 //! summarized, the tensor table, totals per type) and/or lists the Vulkan
 //! devices with the limits and features that pick kernel variants.
 
@@ -24,8 +25,9 @@ const MAX_ITEMS: usize = 6;
 #[derive(Args)]
 #[command(group(ArgGroup::new("what").required(true).multiple(true)))]
 pub struct InfoArgs {
-    /// GGUF model file to describe.
-    #[arg(short = 'm', long = "model", value_name = "FILE", group = "what")]
+    /// GGUF model file to describe, or a Hugging Face model directory
+    /// (described as the GGUF combs converts it to).
+    #[arg(short = 'm', long = "model", value_name = "FILE|DIR", group = "what")]
     model: Option<PathBuf>,
     /// List the Vulkan devices and what each supports.
     #[arg(long, group = "what")]
@@ -38,7 +40,9 @@ pub struct InfoArgs {
 /// Runs `combs info`, writing the report to `out`.
 pub fn run(args: &InfoArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(path) = &args.model {
-        let file = GgufFile::open(path).map_err(|e| CliError::in_file(path, e))?;
+        let file = combs::models::registry::ModelRegistry::new()
+            .open(path, &combs::models::registry::LoadOptions::default())
+            .map_err(|e| CliError::in_file(path, e))?;
         print_model(&file, &path.display().to_string(), args.full, out)?;
     }
     if args.devices {
