@@ -195,7 +195,7 @@ fn cases() -> Vec<(&'static str, Edit, &'static str)> {
         ),
         (
             "llama",
-            Key("llama.attention.key_length", u32v(2048)),
+            Key("llama.attention.key_length", u32v(512)),
             "llama.attention.key_length",
         ),
         (
@@ -352,6 +352,18 @@ fn cases() -> Vec<(&'static str, Edit, &'static str)> {
         (
             "llama",
             Tensor("token_embd.weight", f32t, vec![32, 320]),
+            "token_embd.weight",
+        ),
+        // more tokens than embedding rows (`vocab_size` agreeing with the embedding)
+        (
+            "llama",
+            Edit::Both(
+                Box::new(Key("llama.vocab_size", u32v(300))),
+                Box::new(Edit::Both(
+                    Box::new(Tensor("token_embd.weight", f32t, vec![64, 300])),
+                    Box::new(Tensor("output.weight", f32t, vec![64, 300])),
+                )),
+            ),
             "token_embd.weight",
         ),
         // tensor shapes and types

@@ -134,15 +134,17 @@ fn usize_of(v: u64, k: &str) -> Result<usize> {
 
 // Upper bounds past which a value is taken for corruption rather than a
 // model: each is well above every released model (Llama 3.1 405B: 126
-// blocks, 128 heads, n_embd 16384, n_ff 53248; Gemma 3: 262144 tokens, head
-// dim 256; contexts of 1-2 M positions) and well below where sizes derived
+// blocks, 128 heads, n_embd 16384, n_ff 53248; Gemma 3: 262144 tokens;
+// contexts of 1-2 M positions) and well below where sizes derived
 // from it overflow or allocate absurdly.
 /// Most transformer blocks a file may declare.
 pub const MAX_BLOCKS: usize = 4096;
 /// Most attention heads (query or KV) a file may declare.
 pub const MAX_HEADS: usize = 4096;
-/// Largest head dimension the attention kernels accept.
-pub const MAX_HEAD_DIM: usize = 1024;
+/// Largest head dimension: the attention kernels' limit (Gemma's 256 is the
+/// largest of the supported families), so a file that no kernel could run
+/// is refused at load rather than at its first attention call.
+pub const MAX_HEAD_DIM: usize = crate::ops::attention::MAX_HEAD_DIM;
 /// Largest hidden size.
 pub const MAX_EMBD: usize = 1 << 17;
 /// Largest feed-forward size.
