@@ -132,15 +132,75 @@ fn usize_of(v: u64, k: &str) -> Result<usize> {
     })
 }
 
-fn positive(g: &GgufFile, k: &str) -> Result<usize> {
+// Upper bounds past which a value is taken for corruption rather than a
+// model: each is well above every released model (Llama 3.1 405B: 126
+// blocks, 128 heads, n_embd 16384, n_ff 53248; Gemma 3: 262144 tokens;
+// contexts of 1-2 M positions) and well below where sizes derived
+// from it overflow or allocate absurdly.
+/// Most transformer blocks a file may declare.
+pub const MAX_BLOCKS: usize = 4096;
+/// Most attention heads (query or KV) a file may declare.
+pub const MAX_HEADS: usize = 4096;
+/// Largest head dimension: the attention kernels' limit (Gemma's 256 is the
+/// largest of the supported families), so a file that no kernel could run
+/// is refused at load rather than at its first attention call.
+pub const MAX_HEAD_DIM: usize = crate::ops::attention::MAX_HEAD_DIM;
+/// Largest hidden size.
+pub const MAX_EMBD: usize = 1 << 17;
+/// Largest feed-forward size.
+pub const MAX_FF: usize = 1 << 20;
+/// Largest trained context (and sliding window).
+pub const MAX_CTX: usize = 1 << 24;
+/// Largest vocabulary.
+pub const MAX_VOCAB: usize = 1 << 24;
+
+fn out_of_range(k: &str, reason: String) -> ModelError {
+    ModelError::Metadata {
+        key: k.to_string(),
+        reason,
+    }
+}
+
+/// Required key `k` in `1..=max`.
+fn bounded(g: &GgufFile, k: &str, max: usize) -> Result<usize> {
     let v = g.require_u64(k)?;
-    if v == 0 || v > (1 << 31) {
-        return Err(ModelError::Metadata {
-            key: k.to_string(),
-            reason: format!("{v} is out of range"),
-        });
+    if v == 0 || v > max as u64 {
+        return Err(out_of_range(k, format!("{v} is out of range 1..={max}")));
     }
     usize_of(v, k)
+}
+
+/// Optional key `k`: absent, or in `1..=max`.
+fn opt_bounded(g: &GgufFile, k: &str, max: usize) -> Result<Option<usize>> {
+    match g.get_u64(k)? {
+        None => Ok(None),
+        Some(v) if v == 0 || v > max as u64 => {
+            Err(out_of_range(k, format!("{v} is out of range 1..={max}")))
+        }
+        Some(v) => usize_of(v, k).map(Some),
+    }
+}
+
+/// Optional float `k` (else `default`) that must be finite and positive
+/// (rope bases and scaling factors: a zero or NaN base turns every rotated
+/// value into NaN).
+fn opt_positive_f32(g: &GgufFile, k: &str, default: f32) -> Result<f32> {
+    let v = g.get_f32(k)?.unwrap_or(default);
+    if !(v.is_finite() && v > 0.0) {
+        return Err(out_of_range(k, format!("{v} is not a positive number")));
+    }
+    Ok(v)
+}
+
+/// Optional float `k` (else `default`) that must be finite and not negative.
+/// Norm epsilons may be 0: the norm is still defined for every row that is
+/// not all zeros, and `synth::exact_gguf` relies on it for exact logits.
+fn opt_non_negative_f32(g: &GgufFile, k: &str, default: f32) -> Result<f32> {
+    let v = g.get_f32(k)?.unwrap_or(default);
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(out_of_range(k, format!("{v} is not a non-negative number")));
+    }
+    Ok(v)
 }
 
 fn opt_usize(g: &GgufFile, k: &str) -> Result<Option<usize>> {
@@ -155,10 +215,11 @@ impl ArchSpec {
     pub fn from_gguf(g: &GgufFile, family: Family) -> Result<Self> {
         let arch = g.architecture()?.to_string();
         let a = arch.as_str();
-        let n_embd = positive(g, &key(a, "embedding_length"))?;
-        let n_layer = positive(g, &key(a, "block_count"))?;
-        let n_ff = positive(g, &key(a, "feed_forward_length"))?;
-        let n_head = positive(g, &key(a, "attention.head_count"))?;
+        let n_embd = bounded(g, &key(a, "embedding_length"), MAX_EMBD)?;
+        let n_layer = bounded(g, &key(a, "block_count"), MAX_BLOCKS)?;
+        let n_ff = bounded(g, &key(a, "feed_forward_length"), MAX_FF)?;
+        let head_count_key = key(a, "attention.head_count");
+        let n_head = bounded(g, &head_count_key, MAX_HEADS)?;
         let n_head_kv = match opt_usize(g, &key(a, "attention.head_count_kv"))? {
             Some(0) | None => n_head,
             Some(v) => v,
@@ -169,7 +230,37 @@ impl ArchSpec {
                 reason: format!("{n_head_kv} KV heads do not divide {n_head} heads"),
             });
         }
-        let head_dim = opt_usize(g, &key(a, "attention.key_length"))?.unwrap_or(n_embd / n_head);
+        let key_length_key = key(a, "attention.key_length");
+        let head_dim = match opt_bounded(g, &key_length_key, MAX_HEAD_DIM)? {
+            Some(d) => d,
+            // Without an explicit head size the heads split the hidden state.
+            None if n_embd % n_head != 0 || n_embd / n_head > MAX_HEAD_DIM => {
+                return Err(out_of_range(
+                    &head_count_key,
+                    format!(
+                        "{n_head} heads do not split n_embd {n_embd} into heads of at most {MAX_HEAD_DIM}"
+                    ),
+                ));
+            }
+            None => n_embd / n_head,
+        };
+        // Rope rotates pairs and the attention kernels read heads as vec2s.
+        if head_dim % 2 != 0 {
+            return Err(out_of_range(
+                &key_length_key,
+                format!("head dim {head_dim} is odd"),
+            ));
+        }
+        // One head size serves K and V throughout the forward pass.
+        let value_length_key = key(a, "attention.value_length");
+        if let Some(v) = opt_usize(g, &value_length_key)?
+            && v != head_dim
+        {
+            return Err(out_of_range(
+                &value_length_key,
+                format!("{v} differs from the key head dim {head_dim}"),
+            ));
+        }
         let n_rot = opt_usize(g, &key(a, "rope.dimension_count"))?.unwrap_or(head_dim);
         if head_dim == 0 || n_rot > head_dim || n_rot % 2 != 0 {
             return Err(ModelError::Metadata {
@@ -182,31 +273,43 @@ impl ArchSpec {
             .ok_or_else(|| ModelError::MissingTensor {
                 name: "token_embd.weight".into(),
             })?;
-        let n_vocab = tok.dims.get(1).copied().unwrap_or(0) as usize;
-        if n_vocab == 0 {
+        let n_vocab = tok.dims.get(1).copied().unwrap_or(0);
+        if n_vocab == 0 || n_vocab > MAX_VOCAB as u64 || tok.dims[0] != n_embd as u64 {
             return Err(ModelError::Shape {
                 tensor: "token_embd.weight".into(),
-                expected: vec![n_embd as u64, 1],
+                expected: vec![n_embd as u64, n_vocab.clamp(1, MAX_VOCAB as u64)],
                 got: tok.dims.clone(),
             });
         }
-        let rope_base = g.get_f32(&key(a, "rope.freq_base"))?.unwrap_or(10000.0);
-        let n_ctx_train = opt_usize(g, &key(a, "context_length"))?.unwrap_or(2048);
-        let norm_eps = g
-            .get_f32(&key(a, "attention.layer_norm_rms_epsilon"))?
-            .unwrap_or(1e-5);
+        let n_vocab = n_vocab as usize;
+        // A stated vocabulary larger than the embedding names ids the model
+        // cannot embed (a smaller one is the padded-embedding case).
+        let vocab_size_key = key(a, "vocab_size");
+        if let Some(v) = g.get_u64(&vocab_size_key)?
+            && v > n_vocab as u64
+        {
+            return Err(out_of_range(
+                &vocab_size_key,
+                format!("{v} tokens but token_embd.weight has {n_vocab} rows"),
+            ));
+        }
+        let rope_base = opt_positive_f32(g, &key(a, "rope.freq_base"), 10000.0)?;
+        let n_ctx_train = opt_bounded(g, &key(a, "context_length"), MAX_CTX)?.unwrap_or(2048);
+        let eps_key = key(a, "attention.layer_norm_rms_epsilon");
+        let norm_eps = opt_non_negative_f32(g, &eps_key, 1e-5)?;
         let rope_scaling = Self::rope_scaling(g, a, n_rot, n_ctx_train)?;
         // LongRoPE's (and YaRN's) magnitude correction of cos/sin; llama.cpp
         // reads it for every architecture.
-        let attn_factor_key = key(a, "rope.scaling.attn_factor");
-        let rope_attn_factor = g.get_f32(&attn_factor_key)?.unwrap_or(1.0);
-        if !(rope_attn_factor.is_finite() && rope_attn_factor > 0.0) {
-            return Err(ModelError::Metadata {
-                key: attn_factor_key,
-                reason: format!("{rope_attn_factor} is not a positive number"),
-            });
-        }
-        let window = opt_usize(g, &key(a, "attention.sliding_window"))?.unwrap_or(0);
+        let rope_attn_factor = opt_positive_f32(g, &key(a, "rope.scaling.attn_factor"), 1.0)?;
+        let window = match opt_usize(g, &key(a, "attention.sliding_window"))? {
+            Some(w) if w > MAX_CTX => {
+                return Err(out_of_range(
+                    &key(a, "attention.sliding_window"),
+                    format!("{w} is out of range 0..={MAX_CTX}"),
+                ));
+            }
+            w => w.unwrap_or(0),
+        };
         let tied_embeddings = g.tensor("output.weight").is_none();
 
         let mut spec = ArchSpec {
@@ -236,13 +339,13 @@ impl ArchSpec {
             activation: Activation::Silu,
             // llama.cpp's `attention.scale` where the file states one (the
             // HF path writes Gemma 3's `query_pre_attn_scalar` there)
-            attn_scale: g
-                .get_f32(&key(a, "attention.scale"))?
-                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
-            attn_softcap: g.get_f32(&key(a, "attn_logit_softcapping"))?.unwrap_or(0.0),
-            final_softcap: g
-                .get_f32(&key(a, "final_logit_softcapping"))?
-                .unwrap_or(0.0),
+            attn_scale: opt_positive_f32(
+                g,
+                &key(a, "attention.scale"),
+                1.0 / (head_dim as f32).sqrt(),
+            )?,
+            attn_softcap: opt_non_negative_f32(g, &key(a, "attn_logit_softcapping"), 0.0)?,
+            final_softcap: opt_non_negative_f32(g, &key(a, "final_logit_softcapping"), 0.0)?,
             fused_qkv: false,
             fused_gate_up: false,
             tied_embeddings,
@@ -280,9 +383,7 @@ impl ArchSpec {
                 spec.post_norms = true;
                 spec.embed_scale = (n_embd as f32).sqrt();
                 spec.activation = Activation::GeluTanh;
-                spec.norm_eps = g
-                    .get_f32(&key(a, "attention.layer_norm_rms_epsilon"))?
-                    .unwrap_or(1e-6);
+                spec.norm_eps = opt_non_negative_f32(g, &eps_key, 1e-6)?;
                 // Every sixth layer is global; the rest slide (llama.cpp: swa pattern 6).
                 let pattern = 6;
                 let window = if window == 0 { 4096 } else { window };
@@ -295,7 +396,7 @@ impl ArchSpec {
                         }
                     })
                     .collect();
-                spec.rope_base_local = g.get_f32(&key(a, "rope.freq_base_swa"))?.unwrap_or(10000.0);
+                spec.rope_base_local = opt_positive_f32(g, &key(a, "rope.freq_base_swa"), 10000.0)?;
                 // Scaling applies to the global layers only.
             }
         }
@@ -307,8 +408,14 @@ impl ArchSpec {
         let Some(t) = g.tensor(name) else {
             return Ok(None);
         };
+        if t.qtype != Some(crate::quant::QuantType::F32) {
+            return Err(ModelError::UnsupportedTensorType {
+                tensor: name.into(),
+                ggml_type: format!("{} (rope factors must be F32)", t.type_name()),
+            });
+        }
         let data = g.tensor_data(t);
-        if t.qtype != Some(crate::quant::QuantType::F32) || data.len() != 4 * (n_rot / 2) {
+        if data.len() != 4 * (n_rot / 2) {
             return Err(ModelError::Shape {
                 tensor: name.into(),
                 expected: vec![(n_rot / 2) as u64],
@@ -343,8 +450,9 @@ impl ArchSpec {
         let long = Self::rope_factors(g, "rope_factors_long.weight", n_rot)?;
         match (short, long) {
             (Some(short), Some(long)) => {
-                let n_ctx_orig = opt_usize(g, &key(a, "rope.scaling.original_context_length"))?
-                    .unwrap_or(n_ctx_train);
+                let n_ctx_orig =
+                    opt_bounded(g, &key(a, "rope.scaling.original_context_length"), MAX_CTX)?
+                        .unwrap_or(n_ctx_train);
                 return Ok(RopeScaling::LongRope {
                     short,
                     long,
@@ -364,10 +472,10 @@ impl ArchSpec {
             (None, None) => {}
         }
         let kind = g.get_str(&key(a, "rope.scaling.type"))?.unwrap_or("none");
-        let factor = g.get_f32(&key(a, "rope.scaling.factor"))?.unwrap_or(1.0);
+        let factor = opt_positive_f32(g, &key(a, "rope.scaling.factor"), 1.0)?;
         match kind {
             "none" | "" => Ok(RopeScaling::None),
-            "linear" if factor > 0.0 && factor != 1.0 => Ok(RopeScaling::Linear { factor }),
+            "linear" if factor != 1.0 => Ok(RopeScaling::Linear { factor }),
             "linear" => Ok(RopeScaling::None),
             other => Err(ModelError::Metadata {
                 key: key(a, "rope.scaling.type"),

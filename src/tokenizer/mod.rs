@@ -128,6 +128,31 @@ fn float_array(g: &GgufFile, key: &str) -> Result<Option<Vec<f32>>> {
 }
 
 impl TokenizerSpec {
+    /// Refuses a BOS, EOS or padding id that a key states outside the
+    /// vocabulary: encoding would emit it and the model could not embed it.
+    /// llama.cpp warns and falls back to the default there; combs refuses
+    /// the file, since it cannot have been converted correctly. The other
+    /// special ids keep llama.cpp's leniency (an id out of range is dropped).
+    fn check_required_ids(&self) -> Result<()> {
+        let n = self.tokens.len();
+        let ids = self.keys.ids;
+        for (key, id) in [
+            ("tokenizer.ggml.bos_token_id", ids.bos),
+            ("tokenizer.ggml.eos_token_id", ids.eos),
+            ("tokenizer.ggml.padding_token_id", ids.pad),
+        ] {
+            if let Some(id) = id
+                && id as usize >= n
+            {
+                return Err(ModelError::Metadata {
+                    key: key.into(),
+                    reason: format!("token id {id} is outside the vocabulary of {n} tokens"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the `tokenizer.*` keys (and `general.name` / `general.architecture`).
     fn from_gguf(g: &GgufFile) -> Result<TokenizerSpec> {
         let model = g
@@ -218,6 +243,7 @@ impl Tokenizer {
 
     /// Builds the tokenizer from plain metadata (the order of llama.cpp's loader).
     pub(crate) fn from_spec(spec: TokenizerSpec) -> Result<Tokenizer> {
+        spec.check_required_ids()?;
         let kind = match spec.model.as_str() {
             "llama" => VocabKind::Spm,
             "gpt2" => VocabKind::Bpe,
