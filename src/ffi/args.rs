@@ -120,13 +120,23 @@ pub(crate) unsafe fn handle_mut<'a, T>(p: *mut T, name: &'static str) -> FfiResu
     unsafe { p.as_mut() }.ok_or_else(|| invalid(name, "is NULL"))
 }
 
-/// An array of `n` elements; NULL is accepted when `n` is 0.
+/// An array of `n` elements; NULL is accepted when `n` is 0. A count whose
+/// bytes exceed `isize::MAX` cannot describe memory the caller owns and is
+/// refused before any slice or allocation is sized by it.
 ///
 /// # Safety
 /// `p` is NULL or valid for reads of `n` elements.
 pub(crate) unsafe fn array<'a, T>(p: *const T, n: usize, name: &'static str) -> FfiResult<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
+    }
+    if n.checked_mul(size_of::<T>().max(1))
+        .is_none_or(|bytes| bytes > isize::MAX as usize)
+    {
+        return Err(invalid(
+            name,
+            format!("{n} elements cannot be in memory (the count is corrupt)"),
+        ));
     }
     if p.is_null() {
         return Err(invalid(
