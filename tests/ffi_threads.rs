@@ -1,6 +1,6 @@
 //! The C API under threads (issue 21, item 3): eight threads share one
 //! model (the tiny SmolVLM text model of `tests/fixtures/vlm/`), each
-//! running its own fixed random schedule of session calls — create
+//! running its own seeded random schedule of session calls — create
 //! (contiguous or paged), prefill, greedy decode, fork, rewind, free — while
 //! a ninth thread runs batched prefill and decode on paged sessions of the
 //! same model. Every call's result (status, length, greedy token, a hash of
@@ -22,6 +22,7 @@
 //!
 //! which reports 0 errors, 0 bytes definitely or indirectly lost.
 
+mod common;
 mod ffi_support;
 
 use std::ffi::CString;
@@ -29,6 +30,7 @@ use std::path::Path;
 use std::ptr;
 
 use combs::ffi::*;
+use common::Rng;
 use ffi_support::{last_error, ok};
 
 use combs_status::*;
@@ -40,23 +42,6 @@ const N_CTX: u32 = 48;
 const PAGE_SIZE: u32 = 16;
 /// Sessions one thread holds at most.
 const MAX_LIVE: usize = 3;
-
-/// splitmix64: a small seeded generator, the same on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 struct Model(*mut combs_runtime, *mut combs_model);
 
@@ -163,7 +148,7 @@ struct Live {
 /// so a serial and a threaded run do the same calls.
 fn run_schedule(m: &Model, seed: u64) -> Vec<Event> {
     let n_vocab = m.n_vocab();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let mut live: Vec<Live> = Vec::new();
     let mut log = Vec::new();
     for _ in 0..steps() {
@@ -255,7 +240,7 @@ fn run_schedule(m: &Model, seed: u64) -> Vec<Event> {
 /// session is rewound and refilled halfway.
 fn run_batch(m: &Model, seed: u64) -> Vec<Event> {
     let n_vocab = m.n_vocab();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded(seed);
     let mut ss = [ptr::null_mut(); 3];
     let mut log = Vec::new();
     // SAFETY: this thread's own sessions; the model is shared read-only.
@@ -305,26 +290,29 @@ fn steps() -> usize {
         .unwrap_or(STEPS)
 }
 
-fn seed(i: usize) -> u64 {
-    0x5eed_0000 + i as u64
+/// Thread `i`'s seed: fresh every run (printed for replay), the same for
+/// the serial and the threaded run of one test.
+fn seed(base: u64, i: usize) -> u64 {
+    base.wrapping_add(i as u64)
 }
 
 #[test]
 fn ffi_eight_threads_and_a_batch_match_serial() {
     let m = Model::load();
+    let base = Rng::fresh("ffi_threads").next_u64();
     let t0 = std::time::Instant::now();
     let serial: Vec<Vec<Event>> = (0..THREADS)
-        .map(|i| run_schedule(&m, seed(i)))
-        .chain([run_batch(&m, seed(THREADS))])
+        .map(|i| run_schedule(&m, seed(base, i)))
+        .chain([run_batch(&m, seed(base, THREADS))])
         .collect();
     let t_serial = t0.elapsed();
     let t0 = std::time::Instant::now();
     let threaded: Vec<Vec<Event>> = std::thread::scope(|scope| {
         let m = &m;
         let mut hs: Vec<_> = (0..THREADS)
-            .map(|i| scope.spawn(move || run_schedule(m, seed(i))))
+            .map(|i| scope.spawn(move || run_schedule(m, seed(base, i))))
             .collect();
-        hs.push(scope.spawn(move || run_batch(m, seed(THREADS))));
+        hs.push(scope.spawn(move || run_batch(m, seed(base, THREADS))));
         hs.into_iter().map(|h| h.join().expect("thread")).collect()
     });
     eprintln!(
