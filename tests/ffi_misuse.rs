@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 
 use combs::ffi::*;
-use combs::formats::whisper_bin::WhisperBinWriter;
 use combs::models::speech::WhisperHparams;
 use combs::models::whisper::HostWhisper;
 use combs::quant::QuantType;
@@ -54,19 +53,7 @@ fn write_speech_model(dir: &Path) -> PathBuf {
         n_mels: 80,
     };
     let m = HostWhisper::random(hp, QuantType::Q8_0, 7).expect("random model");
-    let mut w = WhisperBinWriter::new(
-        m.hparams,
-        QuantType::Q8_0,
-        m.mel_filters.clone(),
-        m.vocab.pieces.clone(),
-    )
-    .expect("writer");
-    let mut names: Vec<&String> = m.tensors.keys().collect();
-    names.sort();
-    for name in names {
-        let (t, ne, bytes) = &m.tensors[name];
-        w.add_tensor(name, *t, ne, bytes.clone()).expect("tensor");
-    }
+    let w = m.to_whisper_bin(QuantType::Q8_0).expect("writer");
     let p = dir.join("speech.bin");
     std::fs::write(&p, w.to_bytes()).expect("write");
     p

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 
 use combs::ffi::*;
-use combs::formats::whisper_bin::WhisperBinWriter;
 use combs::models::speech::WhisperHparams;
 use combs::models::whisper::HostWhisper;
 use combs::quant::QuantType;
@@ -93,19 +92,7 @@ fn small() -> WhisperHparams {
 /// A small random model as whisper.cpp file bytes.
 fn random_model_bytes(seed: u64) -> Vec<u8> {
     let m = HostWhisper::random(small(), QuantType::Q8_0, seed).expect("random model");
-    let mut w = WhisperBinWriter::new(
-        m.hparams,
-        QuantType::Q8_0,
-        m.mel_filters.clone(),
-        m.vocab.pieces.clone(),
-    )
-    .expect("writer");
-    let mut names: Vec<&String> = m.tensors.keys().collect();
-    names.sort();
-    for name in names {
-        let (t, ne, bytes) = &m.tensors[name];
-        w.add_tensor(name, *t, ne, bytes.clone()).expect("tensor");
-    }
+    let w = m.to_whisper_bin(QuantType::Q8_0).expect("writer");
     w.to_bytes()
 }
 

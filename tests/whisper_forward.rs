@@ -286,19 +286,7 @@ fn bad_features_are_errors() {
 
 /// The random model as whisper.cpp's file, in its tensor order.
 fn write_bin(src: &HostWhisper, weight_type: QuantType, path: &std::path::Path) {
-    use combs::formats::whisper_bin::{WhisperBinWriter, expected_tensors};
-    let mut w = WhisperBinWriter::new(
-        src.hparams,
-        weight_type,
-        src.mel_filters.clone(),
-        src.vocab.pieces.clone(),
-    )
-    .expect("writer");
-    for t in expected_tensors(&src.hparams) {
-        let (qt, ne, bytes) = &src.tensors[&t.name];
-        w.add_tensor(&t.name, *qt, ne, bytes.clone())
-            .expect("tensor");
-    }
+    let w = src.to_whisper_bin(weight_type).expect("writer");
     w.write_file(path).expect("write");
 }
 

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use crate::error::{ModelError, Result};
+use crate::formats::whisper_bin::{WhisperBinWriter, expected_tensors};
 use crate::models::speech::WhisperHparams;
 use crate::quant::{QuantType, dequantize_vec, quantize};
 use crate::tokenizer::whisper::WhisperVocab;
@@ -145,6 +146,30 @@ impl Mix {
 }
 
 impl HostWhisper {
+    /// The model as whisper.cpp's file, its tensors in whisper.cpp's order
+    /// and `weight_type` in the header (the type its matrices are stored in).
+    ///
+    /// # Errors
+    /// A tensor the layout expects that the model lacks; the writer's errors.
+    pub fn to_whisper_bin(&self, weight_type: QuantType) -> Result<WhisperBinWriter> {
+        let mut w = WhisperBinWriter::new(
+            self.hparams,
+            weight_type,
+            self.mel_filters.clone(),
+            self.vocab.pieces.clone(),
+        )?;
+        for t in expected_tensors(&self.hparams) {
+            let (qt, ne, bytes) =
+                self.tensors
+                    .get(&t.name)
+                    .ok_or_else(|| ModelError::MissingTensor {
+                        name: t.name.clone(),
+                    })?;
+            w.add_tensor(&t.name, *qt, ne, bytes.clone())?;
+        }
+        Ok(w)
+    }
+
     /// A model of `hp`'s shape with random weights from `seed` (matrices
     /// scaled by 1/√fan-in so activations stay of unit size), matrices of
     /// the blocks stored as `matrix_type`, embeddings and convolutions as
