@@ -454,9 +454,7 @@ impl SmolVlmModel {
         let mut rec = self.record(&enc, k, true)?;
         rec.submit_and_wait()?;
         let t = std::time::Instant::now();
-        let per = self.hp.image_seq_len() * self.hp.projection_dim;
-        let mut v = vec![0.0f32; k * per];
-        enc.out.read_slice(0, &mut v)?;
+        self.read_embeddings(&enc, k)?;
         let read = t.elapsed();
         let mut times = rec.profile()?;
         times.push(("patch rows (host)".into(), write.as_secs_f64() * 1e9));
@@ -510,6 +508,11 @@ impl SmolVlmModel {
             .as_mut()
             .ok_or_else(|| ModelError::Internal("vision step missing".into()))?;
         step.submit_and_wait()?;
+        self.read_embeddings(enc, k)
+    }
+
+    /// The connector's output of the call's first `k` tiles, one block each.
+    fn read_embeddings(&self, enc: &EncoderScratch, k: usize) -> Result<Vec<Vec<f32>>> {
         let per = self.hp.image_seq_len() * self.hp.projection_dim;
         let mut v = vec![0.0f32; k * per];
         enc.out.read_slice(0, &mut v)?;
