@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny random-weight Qwen3 and Phi-3 models made with HF transformers, and
+"""Tiny random-weight Llama, Qwen2, Qwen3, Gemma 3 and Phi-3 models made with
+HF transformers, each with a byte-level BPE tokenizer.json, and
 transformers' logits for fixed prompts, under tests/fixtures/hf/.
 
 tests/hf_tiny.rs runs each GGUF through combs and compares every logit with
@@ -290,21 +291,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 
-# Which tokenizer.json each model directory gets: "bpe" is a byte-level BPE
-# (GPT-2 style, SmolLM2's pre-tokenizer: single digits, then byte-level
-# split), "spm" the SentencePiece model below as transformers converts it
-# (BPE with byte fallback, `\u2581` for spaces), as Llama-2, Mistral, Phi-3
-# and Gemma ship theirs.
-TOKENIZER_KIND = {
-    "qwen3_tiny": "bpe",
-    "phi3_longrope": "bpe",
-    "phi3_swa": "bpe",
-    "llama_tiny": "bpe",
-    "qwen2_tiny": "bpe",
-    "gemma3_tiny": "bpe",
-}
-
-
 def train_bpe(out_dir: Path) -> None:
     """A 300-token byte-level BPE trained on SPM_TEXT, saved with its
     tokenizer_config.json (specials, chat template) by transformers."""
@@ -335,16 +321,6 @@ def train_bpe(out_dir: Path) -> None:
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out_dir)
-
-
-def convert_spm(spm_path: Path, out_dir: Path) -> None:
-    """tokenizer.json of the SentencePiece model, as transformers converts it."""
-    from transformers import LlamaTokenizerFast
-
-    fast = LlamaTokenizerFast(vocab_file=str(spm_path), legacy=False, add_bos_token=True)
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out_dir)
-    (out_dir / "tokenizer.model").unlink(missing_ok=True)
 
 
 def tokenizer_cases(out_dir: Path) -> list:
@@ -393,10 +369,9 @@ def stage_make(args) -> None:
         conv_dir.mkdir(parents=True, exist_ok=True)
         model.to(torch.float32).save_pretrained(conv_dir, safe_serialization=True)
         train_tokenizer(conv_dir / "tokenizer.model")
-        if TOKENIZER_KIND[name] == "spm":
-            convert_spm(conv_dir / "tokenizer.model", out_dir)
-        else:
-            train_bpe(out_dir)
+        # the committed directory's own byte-level BPE (SentencePiece-style
+        # tokenizer.json files: scripts/make-spm-tokenizer-fixture.py)
+        train_bpe(out_dir)
 
         rng = np.random.default_rng(seed)
         prompts = []
@@ -429,7 +404,8 @@ def stage_make(args) -> None:
             },
             "n_vocab": kwargs["vocab_size"],
             "hf_dir": name,
-            "tokenizer_kind": TOKENIZER_KIND[name],
+            # every directory's tokenizer.json is the byte-level BPE below
+            "tokenizer_kind": "bpe",
             "tokenizer_cases": tokenizer_cases(out_dir),
             "prompts": prompts,
         }
