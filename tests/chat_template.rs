@@ -142,3 +142,39 @@ fn template_raising_is_invalid_argument() {
     );
     assert!(err.to_string().contains("need a system message"));
 }
+
+/// Hostile templates end with an error in bounded time and memory: a loop
+/// that never stops writing runs out of fuel, one that writes past the
+/// output cap is cut there, and unbounded recursion stops at the depth limit.
+#[test]
+fn hostile_templates_are_bounded() {
+    let msgs = [ChatMessage::new("user", "hi")];
+    let run = |t: &str| {
+        let start = std::time::Instant::now();
+        let r = apply_chat_template(t, &msgs, true, "<s>", "</s>");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{t}: took {:?}",
+            start.elapsed()
+        );
+        r
+    };
+    // ~10^15 iterations of writing nothing: stopped by fuel.
+    let spin = "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}{% endfor %}{% endfor %}{% endfor %}";
+    let e = run(spin).expect_err("fuel runs out");
+    assert!(e.to_string().contains("fuel"), "{e}");
+    // 100000 writes of 1 MB each: cut at the output cap.
+    let flood = "{% for a in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}";
+    let e = run(flood).expect_err("output cap");
+    assert!(e.to_string().contains("exceeds"), "{e}");
+    // A macro calling itself forever.
+    let deep = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    assert!(run(deep).is_err());
+    // A real conversation of 2000 turns still renders under the bounds.
+    let long: Vec<ChatMessage> = (0..2000)
+        .map(|i| ChatMessage::new(["user", "assistant"][i % 2], format!("message {i}")))
+        .collect();
+    let out = apply_chat_template(CHATML_TEMPLATE, &long, true, "<s>", "</s>")
+        .expect("a long conversation renders");
+    assert!(out.contains("message 1999"));
+}

@@ -706,3 +706,41 @@ fn mp3_decodes_close_to_its_wav() {
     );
     assert!(best.0 > 15.0, "MP3 decoding SNR {:.1} dB", best.0);
 }
+
+/// Found by `fuzz/run.sh audio`: a float WAV holding NaN (or samples so
+/// large that the FFT's sums overflow) made rubato panic inside the
+/// resampler. Such audio is refused with an error naming the sample.
+#[test]
+fn resampling_refuses_nan_and_huge_samples() {
+    for bad in [f32::NAN, f32::INFINITY, -3.0e30] {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 44_100,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        {
+            let mut w = hound::WavWriter::new(&mut bytes, spec).expect("wav writer");
+            for i in 0..9000 {
+                let v = if i == 4321 {
+                    bad
+                } else {
+                    (i as f32 * 0.01).sin() * 0.5
+                };
+                w.write_sample(v).expect("sample");
+            }
+            w.finalize().expect("finalize");
+        }
+        let audio = combs::audio::decode_bytes(bytes.get_ref()).expect("the WAV decodes");
+        let err =
+            combs::audio::resample(&audio.samples, audio.sample_rate, 16_000).expect_err("refused");
+        assert!(err.to_string().contains("sample 4321"), "{err}");
+    }
+    // Loud but sane audio still resamples.
+    let loud: Vec<f32> = (0..9000)
+        .map(|i| (i as f32 * 0.01).sin() * 1000.0)
+        .collect();
+    let out = combs::audio::resample(&loud, 44_100, 16_000).expect("loud audio resamples");
+    assert!(out.iter().all(|v| v.is_finite()));
+}

@@ -15,6 +15,11 @@ use crate::error::{ModelError, Result};
 /// byte count or a sample count passed as the rate), not audio.
 pub const MAX_SAMPLE_RATE: u32 = 1_000_000;
 
+/// Largest sample magnitude resampled. Audio is nominally within ±1; far
+/// past that, the FFT's sums overflow f32 to infinity, and rubato panics on
+/// the NaN that follows (its real FFT checks the spectrum's first value).
+pub const MAX_SAMPLE_MAGNITUDE: f32 = 1.0e6;
+
 /// Input frames per FFT block, rounded up by rubato to a multiple of
 /// `rate_in / gcd`. Longer blocks mean a longer sinc filter and a sharper
 /// cutoff: at 4096 the 44.1 kHz -> 16 kHz filter keeps the passband flat to
@@ -62,11 +67,24 @@ pub fn validate_rate(sample_rate: u32) -> Result<()> {
 /// delay is removed). Equal rates return a copy.
 ///
 /// # Errors
-/// [`ModelError::InvalidArgument`] for a rate out of range; rubato's
+/// [`ModelError::InvalidArgument`] for a rate out of range, or a sample
+/// that is NaN, infinite or above [`MAX_SAMPLE_MAGNITUDE`]; rubato's
 /// failures as [`ModelError::Internal`].
 pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>> {
     validate_rate(from)?;
     validate_rate(to)?;
+    if let Some(i) = samples
+        .iter()
+        .position(|s| !s.is_finite() || s.abs() > MAX_SAMPLE_MAGNITUDE)
+    {
+        return Err(ModelError::invalid(
+            "samples",
+            format!(
+                "sample {i} is {}: audio samples must be finite and within ±{MAX_SAMPLE_MAGNITUDE}",
+                samples[i]
+            ),
+        ));
+    }
     if from == to || samples.is_empty() {
         return Ok(samples.to_vec());
     }

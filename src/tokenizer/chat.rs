@@ -35,6 +35,16 @@ impl ChatMessage {
     }
 }
 
+/// Most bytes a rendered conversation may have (far past any context a
+/// model takes); a template that writes more is refused, not followed until
+/// memory runs out.
+pub const MAX_CHAT_OUTPUT: usize = 64 << 20;
+
+/// Instructions a template may execute in one rendering. Real templates
+/// spend a few hundred per message; this bounds the time a hostile loop
+/// can take (about a second) without cutting long conversations short.
+pub const CHAT_TEMPLATE_FUEL: u64 = 50_000_000;
+
 /// Prefix that marks an error raised by the template itself.
 const RAISED: &str = "template raised: ";
 
@@ -70,16 +80,65 @@ pub fn apply_chat_template(
         bos_token => bos,
         eos_token => eos,
     };
-    tmpl.render(ctx).map_err(|e| {
-        let detail = e.detail().unwrap_or_default();
-        match detail.strip_prefix(RAISED) {
-            Some(msg) if e.kind() == ErrorKind::InvalidOperation => ModelError::InvalidArgument {
-                name: "messages",
-                reason: msg.to_string(),
-            },
-            _ => template_err(&e),
+    render_bounded(&tmpl, ctx).map_err(|e| match e {
+        Rendered::TooLong => ModelError::Metadata {
+            key: "tokenizer.chat_template".into(),
+            reason: format!("the rendered conversation exceeds {MAX_CHAT_OUTPUT} bytes"),
+        },
+        Rendered::Failed(e) => {
+            let detail = e.detail().unwrap_or_default();
+            match detail.strip_prefix(RAISED) {
+                Some(msg) if e.kind() == ErrorKind::InvalidOperation => {
+                    ModelError::InvalidArgument {
+                        name: "messages",
+                        reason: msg.to_string(),
+                    }
+                }
+                _ => template_err(&e),
+            }
         }
     })
+}
+
+/// Why a bounded rendering gave no text.
+enum Rendered {
+    /// The output passed [`MAX_CHAT_OUTPUT`].
+    TooLong,
+    /// The template failed (including running out of fuel).
+    Failed(Error),
+}
+
+/// Renders `tmpl`, stopping once the output passes [`MAX_CHAT_OUTPUT`].
+fn render_bounded(tmpl: &minijinja::Template<'_, '_>, ctx: Value) -> Result<String, Rendered> {
+    let mut out = BoundedOutput::default();
+    match tmpl.render_captured_to(ctx, &mut out) {
+        // The writer only ever receives whole `str` pieces.
+        Ok(_) => Ok(String::from_utf8_lossy(&out.bytes).into_owned()),
+        Err(_) if out.overflowed => Err(Rendered::TooLong),
+        Err(e) => Err(Rendered::Failed(e)),
+    }
+}
+
+/// The renderer's output, refusing to grow past [`MAX_CHAT_OUTPUT`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_CHAT_OUTPUT {
+            self.overflowed = true;
+            return Err(std::io::Error::other("chat template output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The placeholder a message's text holds where an image goes; templates
@@ -94,12 +153,15 @@ fn wants_typed_content(tmpl: &minijinja::Template<'_, '_>, bos: &str, eos: &str)
     const PROBE: &str = "combs-probe-7f3a";
     let shows = |content: Value| {
         let msgs = vec![minijinja::context! { role => "user", content => content }];
-        tmpl.render(minijinja::context! {
-            messages => msgs,
-            add_generation_prompt => false,
-            bos_token => bos,
-            eos_token => eos,
-        })
+        render_bounded(
+            tmpl,
+            minijinja::context! {
+                messages => msgs,
+                add_generation_prompt => false,
+                bos_token => bos,
+                eos_token => eos,
+            },
+        )
         .is_ok_and(|out| out.contains(PROBE))
     };
     !shows(Value::from(PROBE)) && shows(content_value(PROBE, true))
@@ -139,6 +201,7 @@ fn environment() -> Result<Environment<'static>> {
         .build()
         .map_err(|e| template_err(&e))?;
     env.set_syntax(syntax);
+    env.set_fuel(Some(CHAT_TEMPLATE_FUEL));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
         Err(Error::new(

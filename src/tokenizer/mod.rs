@@ -29,7 +29,10 @@ mod vocab;
 pub mod whisper;
 pub mod whisper_bpe;
 
-pub use chat::{CHATML_TEMPLATE, ChatMessage, IMAGE_MARKER, apply_chat_template};
+pub use chat::{
+    CHAT_TEMPLATE_FUEL, CHATML_TEMPLATE, ChatMessage, IMAGE_MARKER, MAX_CHAT_OUTPUT,
+    apply_chat_template,
+};
 pub use stream::StreamDecoder;
 
 use crate::error::{ModelError, Result};
