@@ -49,18 +49,19 @@ impl From<&ModelError> for combs_status {
             | ModelError::UnsupportedArchitecture(_)
             | ModelError::MissingFeature { .. } => COMBS_ERR_UNSUPPORTED,
             ModelError::ContextFull { .. } => COMBS_ERR_CONTEXT_FULL,
-            ModelError::PoolExhausted { .. } | ModelError::OutOfDeviceMemory { .. } => {
-                COMBS_ERR_OUT_OF_MEMORY
-            }
+            ModelError::PoolExhausted { .. }
+            | ModelError::OutOfDeviceMemory { .. }
+            | ModelError::MemoryBudget { .. } => COMBS_ERR_OUT_OF_MEMORY,
             ModelError::Vulkan {
                 result:
                     ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
                     | ash::vk::Result::ERROR_OUT_OF_HOST_MEMORY,
                 ..
             } => COMBS_ERR_OUT_OF_MEMORY,
-            ModelError::NoDevice(_) | ModelError::Vulkan { .. } | ModelError::Allocation { .. } => {
-                COMBS_ERR_DEVICE
-            }
+            ModelError::NoDevice(_)
+            | ModelError::Vulkan { .. }
+            | ModelError::Allocation { .. }
+            | ModelError::DeviceLost { .. } => COMBS_ERR_DEVICE,
             ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }

@@ -1,0 +1,261 @@
+//! The device-memory budget (issue 21, item 4), on tiny synthetic models:
+//! a budget that fits model A but not the larger model B refuses B with an
+//! out-of-memory error naming a tensor, frees what B's load had allocated,
+//! then loads A, which generates the same tokens as without a budget; a
+//! session past the budget is refused naming its KV cache while the earlier
+//! session keeps working; the count of bytes in use returns to its value
+//! before each load after a failure and after freeing. Through the Rust API
+//! and through the C API (`combs_runtime_options.memory_budget`).
+
+mod ffi_support;
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::Arc;
+
+use combs::ModelError;
+use combs::ffi::*;
+use combs::gpu::GpuContext;
+use combs::models::LoadOptions;
+use combs::models::synth::{SynthConfig, synth_gguf};
+use combs::quant::QuantType;
+use combs::runtime::sampler::argmax;
+use combs::runtime::{Model, SessionOptions};
+use ffi_support::{last_error, ok};
+
+const PROMPT: [u32; 4] = [1, 5, 9, 13];
+const N_GEN: usize = 6;
+const N_CTX: usize = 64;
+
+/// A fresh context: the counts under test belong to one context, so the
+/// shared test context of the other files would not do.
+fn fresh_gpu() -> Arc<GpuContext> {
+    GpuContext::new(None).unwrap_or_else(|e| {
+        panic!(
+            "no Vulkan device: {e}\ninstall one, e.g. `apt-get install -y libvulkan1 \
+             mesa-vulkan-drivers` (lavapipe)"
+        )
+    })
+}
+
+/// Model A (the `tiny` preset) or the larger model B (a wider vocabulary
+/// and twice the layers), written to a file of this test process.
+fn write_model(name: &str, large: bool) -> PathBuf {
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.seed = 11;
+    if large {
+        cfg.n_vocab = 4096;
+        cfg.n_layer = 4;
+    }
+    let dir = std::env::temp_dir().join(format!("combs-memory-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(format!("{name}.gguf"));
+    std::fs::write(&p, synth_gguf(&cfg).expect("synth").to_bytes()).expect("write");
+    p
+}
+
+fn c_path(p: &Path) -> CString {
+    CString::new(p.to_string_lossy().into_owned()).expect("no NUL")
+}
+
+fn session_opts() -> SessionOptions {
+    SessionOptions {
+        n_ctx: N_CTX,
+        ..SessionOptions::default()
+    }
+}
+
+/// Greedy tokens after [`PROMPT`].
+fn greedy(session: &mut combs::runtime::Session) -> Vec<u32> {
+    session.prefill(&PROMPT).expect("prefill");
+    (0..N_GEN)
+        .map(|_| {
+            let t = argmax(session.logits()) as u32;
+            session.decode(t).expect("decode");
+            t
+        })
+        .collect()
+}
+
+/// Device bytes model `path` and one session of it take at their peak, and
+/// the tokens it generates, on a context of its own without a budget.
+fn measure(path: &Path) -> (u64, Vec<u32>) {
+    let ctx = fresh_gpu();
+    let model = Model::load(&ctx, path, &LoadOptions::default()).expect("load");
+    let mut s = model.new_session(&session_opts()).expect("session");
+    let tokens = greedy(&mut s);
+    drop(s);
+    drop(model);
+    assert_eq!(ctx.memory_in_use(), 0, "device bytes left after freeing");
+    assert_eq!(
+        ctx.memory_host_visible(),
+        0,
+        "host bytes left after freeing"
+    );
+    (ctx.memory_peak(), tokens)
+}
+
+#[test]
+fn memory_budget_refuses_larger_model_and_session_then_smaller_model_runs() {
+    let (a, b) = (write_model("a", false), write_model("b", true));
+    let (need_a, want) = measure(&a);
+    let (need_b, _) = measure(&b);
+    assert!(
+        need_b > need_a,
+        "B ({need_b} bytes) must need more than A ({need_a})"
+    );
+
+    let ctx = fresh_gpu();
+    ctx.set_memory_budget(need_a);
+    let e = Model::load(&ctx, &b, &LoadOptions::default())
+        .err()
+        .expect("B must not fit A's budget");
+    assert_eq!(
+        combs_status::from(&e),
+        combs_status::COMBS_ERR_OUT_OF_MEMORY,
+        "{e}"
+    );
+    match e.root() {
+        ModelError::MemoryBudget {
+            what,
+            bytes,
+            in_use,
+            budget,
+        } => {
+            assert!(what.ends_with(".weight"), "names a tensor: {e}");
+            assert_eq!(*budget, need_a);
+            assert!(in_use + bytes > need_a, "{e}");
+        }
+        _ => panic!("not a budget error: {e}"),
+    }
+    let msg = e.to_string();
+    assert!(msg.contains(&need_a.to_string()), "names the budget: {msg}");
+    assert_eq!(
+        ctx.memory_in_use(),
+        0,
+        "a failed load frees what it allocated"
+    );
+    assert_eq!(ctx.memory_host_visible(), 0, "and its staging");
+
+    // The same context still loads A, which runs as without a budget.
+    let model = Model::load(&ctx, &a, &LoadOptions::default()).expect("A fits");
+    let after_load = ctx.memory_in_use();
+    let mut s1 = model.new_session(&session_opts()).expect("a session fits");
+    assert_eq!(greedy(&mut s1), want, "tokens under a budget");
+
+    // Room for less than a second KV cache: the second session is refused,
+    // the first keeps working.
+    let in_use = ctx.memory_in_use();
+    ctx.set_memory_budget(in_use + s1.cache_bytes() / 2);
+    let e = model
+        .new_session(&session_opts())
+        .err()
+        .expect("a second session must not fit");
+    assert_eq!(
+        combs_status::from(&e),
+        combs_status::COMBS_ERR_OUT_OF_MEMORY,
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("KV cache"),
+        "names the KV cache: {e}"
+    );
+    assert_eq!(
+        ctx.memory_in_use(),
+        in_use,
+        "the refused session freed its bytes"
+    );
+    s1.rewind(0).expect("rewind");
+    assert_eq!(greedy(&mut s1), want, "the first session after the refusal");
+
+    drop(s1);
+    assert_eq!(
+        ctx.memory_in_use(),
+        after_load,
+        "a freed session gives back its bytes"
+    );
+    drop(model);
+    assert_eq!(ctx.memory_in_use(), 0);
+    assert_eq!(ctx.memory_host_visible(), 0);
+}
+
+/// The same through the C API: the budget is a runtime option, fixed at
+/// creation.
+#[test]
+fn ffi_memory_budget_refuses_larger_model_and_session_then_smaller_model_runs() {
+    let (a, b) = (write_model("ffi-a", false), write_model("ffi-b", true));
+    let (need_a, want) = measure(&a);
+    let want: Vec<combs_token> = want.iter().map(|&t| t as combs_token).collect();
+
+    let mut opts = combs_runtime_default_options();
+    assert_eq!(opts.memory_budget, 0, "no budget by default");
+    opts.memory_budget = need_a;
+    let mut rt = ptr::null_mut();
+    // SAFETY: valid options and out-pointer.
+    ok(unsafe { combs_runtime_create(&opts, &mut rt) });
+    // SAFETY: rt is live.
+    let ctx = unsafe { runtime_context(rt) }.expect("runtime");
+    assert_eq!(ctx.memory_budget(), need_a);
+
+    let mut m = ptr::null_mut();
+    // SAFETY: live runtime, NUL-terminated path, NULL options, valid out.
+    let s = unsafe { combs_model_load(rt, c_path(&b).as_ptr(), ptr::null(), &mut m) };
+    let msg = last_error();
+    assert_eq!(s, combs_status::COMBS_ERR_OUT_OF_MEMORY, "{msg}");
+    assert!(m.is_null());
+    assert!(msg.contains(".weight") && msg.contains("budget"), "{msg}");
+    assert_eq!(
+        ctx.memory_in_use(),
+        0,
+        "a failed load frees what it allocated"
+    );
+
+    // SAFETY: as above.
+    ok(unsafe { combs_model_load(rt, c_path(&a).as_ptr(), ptr::null(), &mut m) });
+    let mut sopts = combs_session_default_options();
+    sopts.n_ctx = N_CTX as u32;
+    let mut s1 = ptr::null_mut();
+    // SAFETY: live model, valid options and out-pointer.
+    ok(unsafe { combs_session_create(m, &sopts, &mut s1) });
+    let run = |s: *mut combs_session| -> Vec<combs_token> {
+        let prompt: Vec<combs_token> = PROMPT.iter().map(|&t| t as combs_token).collect();
+        // SAFETY: live session; prompt holds its length.
+        ok(unsafe { combs_session_prefill(s, prompt.as_ptr(), prompt.len()) });
+        let smp = ffi_support::greedy();
+        // SAFETY: live model.
+        let n_vocab = unsafe { combs_model_n_vocab(m) } as usize;
+        let out = (0..N_GEN)
+            .map(|_| ffi_support::step(s, smp, n_vocab))
+            .collect();
+        // SAFETY: created above, freed once.
+        unsafe { combs_sampler_free(smp) };
+        out
+    };
+    assert_eq!(run(s1), want, "tokens under a budget");
+
+    // A session whose KV cache is far past what is left.
+    let mut big = sopts;
+    big.n_ctx = 1 << 20;
+    let in_use = ctx.memory_in_use();
+    let mut s2 = ptr::null_mut();
+    // SAFETY: as above.
+    let st = unsafe { combs_session_create(m, &big, &mut s2) };
+    let msg = last_error();
+    assert_eq!(st, combs_status::COMBS_ERR_OUT_OF_MEMORY, "{msg}");
+    assert!(s2.is_null());
+    assert!(msg.contains("KV cache"), "{msg}");
+    assert_eq!(ctx.memory_in_use(), in_use);
+    // SAFETY: live session.
+    ok(unsafe { combs_session_rewind(s1, 0) });
+    assert_eq!(run(s1), want, "the first session after the refusal");
+
+    // SAFETY: each freed once; the context Arc outlives the runtime handle.
+    unsafe {
+        combs_session_free(s1);
+        combs_model_free(m);
+        combs_runtime_free(rt);
+    }
+    assert_eq!(ctx.memory_in_use(), 0);
+    assert_eq!(ctx.memory_host_visible(), 0);
+}
