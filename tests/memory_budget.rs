@@ -259,3 +259,120 @@ fn ffi_memory_budget_refuses_larger_model_and_session_then_smaller_model_runs() 
     assert_eq!(ctx.memory_in_use(), 0);
     assert_eq!(ctx.memory_host_visible(), 0);
 }
+
+/// Fills the real device memory with sessions of huge contexts until the
+/// driver refuses (no budget), checks the refusal is `COMBS_ERR_OUT_OF_MEMORY`
+/// naming the KV cache with nothing of the refused session left allocated,
+/// then frees the sessions and loads and runs model A in the same context:
+/// it generates what it generates on a fresh one. For a GPU (it fills all
+/// of its memory; minutes at most); on a CPU device (lavapipe: host memory)
+/// it refuses to run unless `COMBS_FILL_ANY_DEVICE=1`. Run:
+/// `cargo test --release --test memory_budget -- --ignored --nocapture memory_fill`
+#[test]
+#[ignore = "fills the device's memory; run by hand on a GPU"]
+fn memory_fill_real_device_refuses_then_small_model_runs() {
+    let ctx = fresh_gpu();
+    let caps = ctx.caps().clone();
+    if caps.class() == combs::gpu::DeviceClass::Cpu
+        && std::env::var("COMBS_FILL_ANY_DEVICE").as_deref() != Ok("1")
+    {
+        panic!(
+            "{} is a CPU device: filling it would fill host memory (set COMBS_FILL_ANY_DEVICE=1 \
+             to do it anyway)",
+            caps.name
+        );
+    }
+    let device_bytes = caps.device_local_bytes;
+    eprintln!(
+        "device {}: {:.1} GiB device-local",
+        caps.name,
+        device_bytes as f64 / f64::from(1u32 << 30)
+    );
+    let a = write_model("fill-a", false);
+    let (_, want) = measure(&a);
+
+    // A model whose KV rows are wide (8 layers × 8 KV heads × 128): 32 KiB
+    // per position, so a session of 2^17 positions holds 4 GiB.
+    let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
+    cfg.n_embd = 1024;
+    cfg.n_head = 8;
+    cfg.n_head_kv = 8;
+    cfg.head_dim = 128;
+    cfg.n_layer = 8;
+    cfg.n_ff = 1024;
+    let dir = std::env::temp_dir().join(format!("combs-memory-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fill_path = dir.join("fill.gguf");
+    std::fs::write(&fill_path, synth_gguf(&cfg).expect("synth").to_bytes()).expect("write");
+    let fill = Model::load(&ctx, &fill_path, &LoadOptions::default()).expect("load");
+
+    let t0 = std::time::Instant::now();
+    let big = SessionOptions {
+        n_ctx: 1 << 17,
+        ..SessionOptions::default()
+    };
+    let mut sessions = Vec::new();
+    let refusal = loop {
+        let before = ctx.memory_in_use();
+        match fill.new_session(&big) {
+            Ok(s) => sessions.push(s),
+            Err(e) => {
+                assert_eq!(
+                    ctx.memory_in_use(),
+                    before,
+                    "the refused session left bytes allocated: {e}"
+                );
+                break e;
+            }
+        }
+        assert!(
+            ctx.memory_in_use() <= device_bytes + (16 << 30),
+            "the driver did not refuse: {} bytes allocated on a {} byte device",
+            ctx.memory_in_use(),
+            device_bytes
+        );
+    };
+    eprintln!(
+        "refused after {} sessions, {:.1} GiB in use, {:.1} s: {refusal}",
+        sessions.len(),
+        ctx.memory_in_use() as f64 / f64::from(1u32 << 30),
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        combs_status::from(&refusal),
+        combs_status::COMBS_ERR_OUT_OF_MEMORY,
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.to_string().contains("KV cache"),
+        "names the KV cache: {refusal}"
+    );
+    assert!(
+        !ctx.is_lost(),
+        "running out of memory must not lose the device"
+    );
+
+    // Full, the device still runs what it holds.
+    let s0 = sessions.first_mut().expect("at least one session fitted");
+    s0.prefill(&PROMPT)
+        .expect("prefill while the device is full");
+    // Loading more while full is refused the same way, or fits in what is left.
+    match Model::load(&ctx, &a, &LoadOptions::default()) {
+        Ok(_) => eprintln!("model A still fitted beside the full sessions"),
+        Err(e) => {
+            eprintln!("loading model A while full: {e}");
+            assert_eq!(
+                combs_status::from(&e),
+                combs_status::COMBS_ERR_OUT_OF_MEMORY
+            );
+        }
+    }
+
+    drop(sessions);
+    drop(fill);
+    assert_eq!(ctx.memory_in_use(), 0);
+    let model = Model::load(&ctx, &a, &LoadOptions::default()).expect("A loads after freeing");
+    let mut s = model.new_session(&session_opts()).expect("session");
+    assert_eq!(greedy(&mut s), want, "tokens after the device was full");
+    eprintln!("model A generated {want:?} after the fill, as on a fresh context");
+}

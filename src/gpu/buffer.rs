@@ -59,22 +59,31 @@ fn alloc_error(
         gpu_allocator::AllocationError::OutOfMemory => oom(),
         e => {
             let text = e.to_string();
-            let lost = format!("{:?}", vk::Result::ERROR_DEVICE_LOST);
-            let host_oom = format!("{:?}", vk::Result::ERROR_OUT_OF_HOST_MEMORY);
-            if text.contains(&lost) || text.contains(&vk::Result::ERROR_DEVICE_LOST.to_string()) {
-                ctx.mark_lost("vkAllocateMemory")
-            } else if text.contains(&host_oom)
-                || text.contains(&vk::Result::ERROR_OUT_OF_HOST_MEMORY.to_string())
-            {
-                oom()
-            } else {
-                ModelError::Allocation {
+            match reported_result(&text) {
+                Some(vk::Result::ERROR_DEVICE_LOST) => ctx.mark_lost("vkAllocateMemory"),
+                Some(_) => oom(),
+                None => ModelError::Allocation {
                     what: what.to_string(),
                     reason: text,
-                }
+                },
             }
         }
     }
+}
+
+/// The `VkResult` an allocator message carries as text, among those that
+/// change what combs reports: gpu-allocator passes `vkAllocateMemory`'s and
+/// `vkMapMemory`'s results other than device exhaustion only as strings
+/// (`Unexpected error in vkAllocateMemory: ERROR_DEVICE_LOST`, or ash's
+/// description of the result).
+fn reported_result(text: &str) -> Option<vk::Result> {
+    [
+        vk::Result::ERROR_DEVICE_LOST,
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+    ]
+    .into_iter()
+    .find(|r| text.contains(&format!("{r:?}")) || text.contains(&r.to_string()))
 }
 
 impl Buffer {
@@ -355,5 +364,30 @@ impl Drop for Buffer {
         // SAFETY: every recording that used this buffer holds an Arc to it, so
         // no GPU work referencing it can still be pending.
         unsafe { self.ctx.device().destroy_buffer(self.raw, None) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocator_messages_map_to_lost_and_out_of_memory() {
+        let lost = gpu_allocator::AllocationError::Internal(format!(
+            "Unexpected error in vkAllocateMemory: {:?}",
+            vk::Result::ERROR_DEVICE_LOST
+        ));
+        assert_eq!(
+            reported_result(&lost.to_string()),
+            Some(vk::Result::ERROR_DEVICE_LOST)
+        );
+        let mapped = gpu_allocator::AllocationError::FailedToMap(
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY.to_string(),
+        );
+        assert_eq!(
+            reported_result(&mapped.to_string()),
+            Some(vk::Result::ERROR_OUT_OF_HOST_MEMORY)
+        );
+        assert_eq!(reported_result("no compatible memory type"), None);
     }
 }

@@ -692,6 +692,8 @@ impl Recording {
     /// # Errors
     /// A failing Vulkan call.
     pub fn timestamps(&self) -> Result<Vec<(String, f64)>> {
+        // A waiting query on a lost device is one more place a driver could block.
+        self.ctx.check_alive()?;
         let (Some(q), Some(period)) = (self.query_pool, self.ctx.caps().timestamp_period_ns) else {
             return Ok(Vec::new());
         };
