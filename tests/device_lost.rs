@@ -9,10 +9,11 @@
 //! native kernels, where a run of host steps stands in for a submission, and
 //! Vulkan dispatches) and through the C API.
 
+mod common;
 mod ffi_support;
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,7 @@ use combs::ops::plan::Backend;
 use combs::quant::QuantType;
 use combs::runtime::sampler::argmax;
 use combs::runtime::{Model, Session, SessionOptions};
+use common::TempFile;
 use ffi_support::{last_error, ok};
 
 const PROMPT: [u32; 4] = [1, 5, 9, 13];
@@ -40,14 +42,13 @@ fn fresh_gpu() -> Arc<GpuContext> {
     })
 }
 
-fn write_model(name: &str) -> PathBuf {
+fn write_model(name: &str) -> TempFile {
     let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
     cfg.seed = 5;
-    let dir = std::env::temp_dir().join(format!("combs-device-lost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(format!("{name}.gguf"));
-    std::fs::write(&p, synth_gguf(&cfg).expect("synth").to_bytes()).expect("write");
-    p
+    TempFile::write(
+        &format!("device-lost-{name}.gguf"),
+        &synth_gguf(&cfg).expect("synth").to_bytes(),
+    )
 }
 
 /// Asserts `r` failed with the device-loss error, whose message says what
@@ -181,7 +182,8 @@ fn assert_c_lost(s: combs_status, what: &str) {
 
 #[test]
 fn ffi_device_lost_mid_decode_fails_every_later_call_and_frees_cleanly() {
-    let path = c_path(&write_model("ffi"));
+    let file = write_model("ffi");
+    let path = c_path(&file);
     let mut rt = ptr::null_mut();
     // SAFETY: NULL options, valid out-pointer.
     ok(unsafe { combs_runtime_create(ptr::null(), &mut rt) });
@@ -269,4 +271,24 @@ fn ffi_device_lost_mid_decode_fails_every_later_call_and_frees_cleanly() {
     assert_eq!(last_error(), before_free, "freeing after a loss is clean");
     assert_eq!(ctx.memory_in_use(), 0);
     assert_eq!(ctx.memory_host_visible(), 0);
+}
+
+/// `COMBS_FAULT_DEVICE_LOST_AFTER` (how a C program arms the fault) read by
+/// a real process: `combs run` ends with the device-loss message and a
+/// failure status, not a hang or a panic.
+#[test]
+fn cli_run_with_fault_env_reports_device_lost() {
+    let path = write_model("cli");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_combs"))
+        .args(["run", "-m"])
+        .arg(&*path)
+        .args(["-p", "hello", "-n", "200", "--temp", "0"])
+        // Past the load's submissions, inside the 200 decode steps'.
+        .env(combs::gpu::FAULT_ENV, "100")
+        .output()
+        .expect("run combs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("device was lost"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -7,10 +7,11 @@
 //! before each load after a failure and after freeing. Through the Rust API
 //! and through the C API (`combs_runtime_options.memory_budget`).
 
+mod common;
 mod ffi_support;
 
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr;
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::quant::QuantType;
 use combs::runtime::sampler::argmax;
 use combs::runtime::{Model, SessionOptions};
+use common::TempFile;
 use ffi_support::{last_error, ok};
 
 const PROMPT: [u32; 4] = [1, 5, 9, 13];
@@ -41,18 +43,17 @@ fn fresh_gpu() -> Arc<GpuContext> {
 
 /// Model A (the `tiny` preset) or the larger model B (a wider vocabulary
 /// and twice the layers), written to a file of this test process.
-fn write_model(name: &str, large: bool) -> PathBuf {
+fn write_model(name: &str, large: bool) -> TempFile {
     let mut cfg = SynthConfig::preset("tiny", QuantType::F32).expect("preset");
     cfg.seed = 11;
     if large {
         cfg.n_vocab = 4096;
         cfg.n_layer = 4;
     }
-    let dir = std::env::temp_dir().join(format!("combs-memory-budget-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let p = dir.join(format!("{name}.gguf"));
-    std::fs::write(&p, synth_gguf(&cfg).expect("synth").to_bytes()).expect("write");
-    p
+    TempFile::write(
+        &format!("memory-budget-{name}.gguf"),
+        &synth_gguf(&cfg).expect("synth").to_bytes(),
+    )
 }
 
 fn c_path(p: &Path) -> CString {
@@ -300,10 +301,10 @@ fn memory_fill_real_device_refuses_then_small_model_runs() {
     cfg.head_dim = 128;
     cfg.n_layer = 8;
     cfg.n_ff = 1024;
-    let dir = std::env::temp_dir().join(format!("combs-memory-budget-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let fill_path = dir.join("fill.gguf");
-    std::fs::write(&fill_path, synth_gguf(&cfg).expect("synth").to_bytes()).expect("write");
+    let fill_path = TempFile::write(
+        "memory-budget-fill.gguf",
+        &synth_gguf(&cfg).expect("synth").to_bytes(),
+    );
     let fill = Model::load(&ctx, &fill_path, &LoadOptions::default()).expect("load");
 
     let t0 = std::time::Instant::now();
@@ -376,4 +377,38 @@ fn memory_fill_real_device_refuses_then_small_model_runs() {
     let mut s = model.new_session(&session_opts()).expect("session");
     assert_eq!(greedy(&mut s), want, "tokens after the device was full");
     eprintln!("model A generated {want:?} after the fill, as on a fresh context");
+}
+
+/// `combs run --memory-budget MIB`: the larger model does not fit 1 MiB and
+/// the error names a tensor and the budget; the small one runs in 8 MiB.
+#[test]
+fn cli_run_memory_budget_refuses_larger_model() {
+    let run = |model: &Path, mib: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_combs"))
+            .args(["run", "-m"])
+            .arg(model)
+            .args([
+                "-p",
+                "hello",
+                "-n",
+                "4",
+                "--temp",
+                "0",
+                "--memory-budget",
+                mib,
+            ])
+            .output()
+            .expect("run combs")
+    };
+    let out = run(&write_model("cli-b", true), "1");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("out of memory") && err.contains(".weight") && err.contains("1048576"),
+        "{err}"
+    );
+    let out = run(&write_model("cli-a", false), "8");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("budget 8.0 MiB"), "{err}");
 }
