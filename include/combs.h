@@ -92,14 +92,14 @@ typedef struct combs_runtime_options {
   // else the first integrated one, else any (lavapipe on the CPU).
   int32_t device_index;
   // Device-memory budget in bytes for everything loaded on this runtime
-  // (0: none, the default). Device-local buffers count: weights, KV caches
-  // and page pools, activations and other scratch; host-visible upload,
-  // readback and load-time staging buffers (system memory on a discrete
-  // GPU) do not. A model load or session creation that would go past it fails with
-  // `COMBS_ERR_OUT_OF_MEMORY` and a message naming the tensor, cache or
-  // buffer, the bytes asked for, the bytes in use and the budget; what it
-  // had allocated is freed and the runtime stays usable. (The driver
-  // refusing memory gives the same status without a budget.)
+  // (0: none, the default). Device-local buffers count: weights, KV
+  // caches and page pools, activations and other scratch; host-visible
+  // upload, readback and load-time staging buffers (system memory on a
+  // discrete GPU) do not. A model load or session creation that would go
+  // past it fails with `COMBS_ERR_OUT_OF_MEMORY` and a message naming the
+  // tensor, cache or buffer, the bytes asked for, the bytes in use and
+  // the budget; what it had allocated is freed and the runtime stays
+  // usable. (The driver refusing memory gives the same status.)
   uint64_t memory_budget;
 } combs_runtime_options;
 
