@@ -91,6 +91,16 @@ typedef struct combs_runtime_options {
   // `COMBS_DEVICE` environment variable, else the first discrete GPU,
   // else the first integrated one, else any (lavapipe on the CPU).
   int32_t device_index;
+  // Device-memory budget in bytes for everything loaded on this runtime
+  // (0: none, the default). Device-local buffers count: weights, KV
+  // caches and page pools, activations and other scratch; host-visible
+  // upload, readback and load-time staging buffers (system memory on a
+  // discrete GPU) do not. A model load or session creation that would go
+  // past it fails with `COMBS_ERR_OUT_OF_MEMORY` and a message naming the
+  // tensor, cache or buffer, the bytes asked for, the bytes in use and
+  // the budget; what it had allocated is freed and the runtime stays
+  // usable. (The driver refusing memory gives the same status.)
+  uint64_t memory_budget;
 } combs_runtime_options;
 
 // Options of `combs_model_load()`; start from `combs_model_default_options()`.
@@ -275,12 +285,16 @@ const char *combs_last_error(void);
 // Never NULL; the string must not be freed.
 const char *combs_status_str(combs_status s);
 
-// The default runtime options (`device_index` -1).
+// The default runtime options (`device_index` -1, `memory_budget` 0).
 struct combs_runtime_options combs_runtime_default_options(void);
 
 // Opens a Vulkan device. `opts` may be NULL for the defaults. On success
 // `*out` receives a runtime to release with `combs_runtime_free()`; on
 // failure it is set to NULL.
+//
+// The environment variable `COMBS_FAULT_DEVICE_LOST_AFTER=n`, read here,
+// makes the runtime's `n`-th submission fail as if the device were lost,
+// for testing a program's handling of `COMBS_ERR_DEVICE`.
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `out`, `device_index` below -1 or past

@@ -127,13 +127,44 @@ pub enum ModelError {
         /// The `VkResult` returned.
         result: ash::vk::Result,
     },
-    /// Device (or host-visible) memory ran out.
-    #[error("out of device memory allocating {bytes} bytes for {what}")]
+    /// Device (or host-visible) memory ran out: the driver refused the
+    /// allocation, or it is larger than the device allows at once.
+    #[error(
+        "out of device memory allocating {bytes} bytes for {what} \
+         ({in_use} bytes already allocated on this runtime)"
+    )]
     OutOfDeviceMemory {
-        /// What the allocation was for.
+        /// What the allocation was for (a tensor, cache or buffer name).
         what: String,
         /// Requested size.
         bytes: u64,
+        /// Bytes this runtime's buffers held before the request.
+        in_use: u64,
+    },
+    /// An allocation would take the runtime past its memory budget
+    /// (`combs_runtime_options.memory_budget`, `GpuContext::set_memory_budget`).
+    #[error(
+        "out of memory: {what} needs {bytes} bytes, and {in_use} bytes of the \
+         runtime's {budget} byte memory budget are in use"
+    )]
+    MemoryBudget {
+        /// What the allocation was for (a tensor, cache or buffer name).
+        what: String,
+        /// Requested size.
+        bytes: u64,
+        /// Bytes this runtime's buffers held before the request.
+        in_use: u64,
+        /// The budget in bytes.
+        budget: u64,
+    },
+    /// The Vulkan device was lost; the runtime cannot run anything again.
+    #[error(
+        "the Vulkan device was lost ({call} returned VK_ERROR_DEVICE_LOST); \
+         nothing more can run on this runtime: free it and create a new runtime"
+    )]
+    DeviceLost {
+        /// Where the loss was first seen (e.g. `vkQueueSubmit`).
+        call: &'static str,
     },
     /// The memory allocator failed for a reason other than exhaustion.
     #[error("device memory allocation for {what} failed: {reason}")]

@@ -23,18 +23,35 @@ pub struct combs_runtime_options {
     /// `COMBS_DEVICE` environment variable, else the first discrete GPU,
     /// else the first integrated one, else any (lavapipe on the CPU).
     pub device_index: i32,
+    /// Device-memory budget in bytes for everything loaded on this runtime
+    /// (0: none, the default). Device-local buffers count: weights, KV
+    /// caches and page pools, activations and other scratch; host-visible
+    /// upload, readback and load-time staging buffers (system memory on a
+    /// discrete GPU) do not. A model load or session creation that would go
+    /// past it fails with `COMBS_ERR_OUT_OF_MEMORY` and a message naming the
+    /// tensor, cache or buffer, the bytes asked for, the bytes in use and
+    /// the budget; what it had allocated is freed and the runtime stays
+    /// usable. (The driver refusing memory gives the same status.)
+    pub memory_budget: u64,
 }
 
-/// The default runtime options (`device_index` -1).
+/// The default runtime options (`device_index` -1, `memory_budget` 0).
 #[unsafe(no_mangle)]
 pub extern "C" fn combs_runtime_default_options() -> combs_runtime_options {
-    let d = combs_runtime_options { device_index: -1 };
+    let d = combs_runtime_options {
+        device_index: -1,
+        memory_budget: 0,
+    };
     guard_const("combs_runtime_default_options", d)
 }
 
 /// Opens a Vulkan device. `opts` may be NULL for the defaults. On success
 /// `*out` receives a runtime to release with `combs_runtime_free()`; on
 /// failure it is set to NULL.
+///
+/// The environment variable `COMBS_FAULT_DEVICE_LOST_AFTER=n`, read here,
+/// makes the runtime's `n`-th submission fail as if the device were lost,
+/// for testing a program's handling of `COMBS_ERR_DEVICE`.
 ///
 /// # Errors
 /// `COMBS_ERR_INVALID_ARGUMENT` (NULL `out`, `device_index` below -1 or past
@@ -58,6 +75,7 @@ pub unsafe extern "C" fn combs_runtime_create(
             i => return Err(invalid("device_index", format!("{i} is below -1"))),
         };
         let ctx = GpuContext::new(index)?;
+        ctx.set_memory_budget(o.memory_budget);
         Ok(combs_runtime { ctx })
     };
     // SAFETY: per this function's contract.
@@ -73,4 +91,16 @@ pub unsafe extern "C" fn combs_runtime_create(
 pub unsafe extern "C" fn combs_runtime_free(rt: *mut combs_runtime) {
     // SAFETY: per this function's contract.
     unsafe { guard_free("combs_runtime_free", rt) }
+}
+
+/// The device context behind a runtime handle, for tests of the C API that
+/// inspect or steer the gpu layer (memory in use, injected faults). Not part
+/// of the C API.
+///
+/// # Safety
+/// `rt` is NULL or a live runtime from `combs_runtime_create()`.
+#[doc(hidden)]
+pub unsafe fn runtime_context(rt: *const combs_runtime) -> Option<Arc<GpuContext>> {
+    // SAFETY: per this function's contract.
+    unsafe { rt.as_ref() }.map(|r| r.ctx.clone())
 }

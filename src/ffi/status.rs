@@ -49,18 +49,19 @@ impl From<&ModelError> for combs_status {
             | ModelError::UnsupportedArchitecture(_)
             | ModelError::MissingFeature { .. } => COMBS_ERR_UNSUPPORTED,
             ModelError::ContextFull { .. } => COMBS_ERR_CONTEXT_FULL,
-            ModelError::PoolExhausted { .. } | ModelError::OutOfDeviceMemory { .. } => {
-                COMBS_ERR_OUT_OF_MEMORY
-            }
+            ModelError::PoolExhausted { .. }
+            | ModelError::OutOfDeviceMemory { .. }
+            | ModelError::MemoryBudget { .. } => COMBS_ERR_OUT_OF_MEMORY,
             ModelError::Vulkan {
                 result:
                     ash::vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
                     | ash::vk::Result::ERROR_OUT_OF_HOST_MEMORY,
                 ..
             } => COMBS_ERR_OUT_OF_MEMORY,
-            ModelError::NoDevice(_) | ModelError::Vulkan { .. } | ModelError::Allocation { .. } => {
-                COMBS_ERR_DEVICE
-            }
+            ModelError::NoDevice(_)
+            | ModelError::Vulkan { .. }
+            | ModelError::Allocation { .. }
+            | ModelError::DeviceLost { .. } => COMBS_ERR_DEVICE,
             ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }
@@ -131,4 +132,44 @@ pub extern "C" fn combs_status_str(s: StatusArg) -> *const c_char {
             Ok(name.as_ptr().cast())
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ash::vk;
+
+    #[test]
+    fn status_of_memory_and_device_failures() {
+        use combs_status::*;
+        // A real exhaustion reported by a submission is out of memory too.
+        for r in [
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+        ] {
+            let e = ModelError::vk("vkQueueSubmit", r);
+            assert_eq!(combs_status::from(&e), COMBS_ERR_OUT_OF_MEMORY);
+        }
+        let budget = ModelError::MemoryBudget {
+            what: "blk.0.ffn_up.weight".into(),
+            bytes: 10,
+            in_use: 95,
+            budget: 100,
+        };
+        assert_eq!(combs_status::from(&budget), COMBS_ERR_OUT_OF_MEMORY);
+        let driver = ModelError::OutOfDeviceMemory {
+            what: "cache_k.0".into(),
+            bytes: 10,
+            in_use: 0,
+        };
+        assert_eq!(
+            combs_status::from(&driver.context("KV cache")),
+            COMBS_ERR_OUT_OF_MEMORY
+        );
+        let lost = ModelError::DeviceLost {
+            call: "vkQueueSubmit",
+        };
+        assert_eq!(combs_status::from(&lost), COMBS_ERR_DEVICE);
+        assert!(lost.to_string().contains("create a new runtime"));
+    }
 }

@@ -39,17 +39,51 @@ impl std::fmt::Debug for Buffer {
     }
 }
 
-fn alloc_error(what: &str, bytes: u64, e: gpu_allocator::AllocationError) -> ModelError {
+/// An allocator failure as a [`ModelError`]: exhaustion (the driver's
+/// `VK_ERROR_OUT_OF_DEVICE_MEMORY`, or host memory, which gpu-allocator
+/// reports only as text) is [`ModelError::OutOfDeviceMemory`]; a lost device
+/// (also only text) marks the context lost.
+fn alloc_error(
+    ctx: &GpuContext,
+    what: &str,
+    bytes: u64,
+    in_use: u64,
+    e: gpu_allocator::AllocationError,
+) -> ModelError {
+    let oom = || ModelError::OutOfDeviceMemory {
+        what: what.to_string(),
+        bytes,
+        in_use,
+    };
     match e {
-        gpu_allocator::AllocationError::OutOfMemory => ModelError::OutOfDeviceMemory {
-            what: what.to_string(),
-            bytes,
-        },
-        e => ModelError::Allocation {
-            what: what.to_string(),
-            reason: e.to_string(),
-        },
+        gpu_allocator::AllocationError::OutOfMemory => oom(),
+        e => {
+            let text = e.to_string();
+            match reported_result(&text) {
+                Some(vk::Result::ERROR_DEVICE_LOST) => ctx.mark_lost("vkAllocateMemory"),
+                Some(_) => oom(),
+                None => ModelError::Allocation {
+                    what: what.to_string(),
+                    reason: text,
+                },
+            }
+        }
     }
+}
+
+/// The `VkResult` an allocator message carries as text, among those that
+/// change what combs reports: gpu-allocator passes `vkAllocateMemory`'s and
+/// `vkMapMemory`'s results other than device exhaustion only as strings
+/// (`Unexpected error in vkAllocateMemory: ERROR_DEVICE_LOST`, or ash's
+/// description of the result).
+fn reported_result(text: &str) -> Option<vk::Result> {
+    [
+        vk::Result::ERROR_DEVICE_LOST,
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+    ]
+    .into_iter()
+    .find(|r| text.contains(&format!("{r:?}")) || text.contains(&r.to_string()))
 }
 
 impl Buffer {
@@ -74,17 +108,24 @@ impl Buffer {
         Ok(buf)
     }
 
-    /// Creates a buffer of `size` bytes (at least 4).
+    /// Creates a buffer of `size` bytes (at least 4), counted in the
+    /// context's memory account (see [`GpuContext::set_memory_budget`])
+    /// until it is dropped.
     ///
     /// # Errors
-    /// Out of device memory, or a size above the device's allocation limit.
+    /// The device is lost; the context's memory budget has no room
+    /// ([`ModelError::MemoryBudget`]); out of device memory or a size above
+    /// the device's allocation limit ([`ModelError::OutOfDeviceMemory`]).
+    /// Each names `name`.
     pub fn new(
         ctx: &Arc<GpuContext>,
         size: u64,
         kind: MemoryKind,
         name: &str,
     ) -> Result<Arc<Self>> {
+        ctx.check_alive()?;
         let size = size.max(4).next_multiple_of(4);
+        let in_use = ctx.memory_in_use();
         if size > ctx.caps().max_memory_allocation_size {
             return Err(ModelError::OutOfDeviceMemory {
                 what: format!(
@@ -92,8 +133,36 @@ impl Buffer {
                     ctx.caps().max_memory_allocation_size
                 ),
                 bytes: size,
+                in_use,
             });
         }
+        let account = ctx.memory();
+        if kind == MemoryKind::Device {
+            account.reserve(name, size)?;
+        } else {
+            account.add_host_visible(size);
+        }
+        match Self::allocate(ctx, size, kind, name) {
+            Ok(b) => Ok(b),
+            Err(e) => {
+                release(ctx, kind, size);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Buffer::new`] after the bytes are reserved.
+    fn allocate(
+        ctx: &Arc<GpuContext>,
+        size: u64,
+        kind: MemoryKind,
+        name: &str,
+    ) -> Result<Arc<Self>> {
+        // What was in use before this buffer's reservation, for messages.
+        let in_use = match kind {
+            MemoryKind::Device => ctx.memory_in_use().saturating_sub(size),
+            MemoryKind::Upload | MemoryKind::Readback => ctx.memory_in_use(),
+        };
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST
@@ -109,9 +178,10 @@ impl Buffer {
                 ModelError::OutOfDeviceMemory {
                     what: name.to_string(),
                     bytes: size,
+                    in_use,
                 }
             }
-            r => ModelError::vk("vkCreateBuffer", r),
+            r => ctx.vk_error("vkCreateBuffer", r),
         })?;
         // SAFETY: raw was just created on this device.
         let requirements = unsafe { device.get_buffer_memory_requirements(raw) };
@@ -132,7 +202,7 @@ impl Buffer {
             Err(e) => {
                 // SAFETY: raw is unbound and unused.
                 unsafe { device.destroy_buffer(raw, None) };
-                return Err(alloc_error(name, size, e));
+                return Err(alloc_error(ctx, name, size, in_use, e));
             }
         };
         // SAFETY: memory and offset come from an allocation made for these requirements.
@@ -142,7 +212,7 @@ impl Buffer {
             let _ = ctx.allocator().free(allocation);
             // SAFETY: raw is unused.
             unsafe { device.destroy_buffer(raw, None) };
-            return Err(ModelError::vk("vkBindBufferMemory", r));
+            return Err(ctx.vk_error("vkBindBufferMemory", r));
         }
         if kind != MemoryKind::Device && allocation.mapped_ptr().is_none() {
             let _ = ctx.allocator().free(allocation);
@@ -275,13 +345,49 @@ impl Buffer {
     }
 }
 
+/// Gives back to the context's account what [`Buffer::new`] counted.
+fn release(ctx: &GpuContext, kind: MemoryKind, size: u64) {
+    match kind {
+        MemoryKind::Device => ctx.memory().release(size),
+        MemoryKind::Upload | MemoryKind::Readback => ctx.memory().release_host_visible(size),
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(a) = self.allocation.take() {
+            // A lost device still frees: vkFreeMemory is valid after a loss,
+            // and the allocator's error, if any, has no one to go to.
             let _ = self.ctx.allocator().free(a);
         }
+        release(&self.ctx, self.kind, self.size);
         // SAFETY: every recording that used this buffer holds an Arc to it, so
         // no GPU work referencing it can still be pending.
         unsafe { self.ctx.device().destroy_buffer(self.raw, None) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocator_messages_map_to_lost_and_out_of_memory() {
+        let lost = gpu_allocator::AllocationError::Internal(format!(
+            "Unexpected error in vkAllocateMemory: {:?}",
+            vk::Result::ERROR_DEVICE_LOST
+        ));
+        assert_eq!(
+            reported_result(&lost.to_string()),
+            Some(vk::Result::ERROR_DEVICE_LOST)
+        );
+        let mapped = gpu_allocator::AllocationError::FailedToMap(
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY.to_string(),
+        );
+        assert_eq!(
+            reported_result(&mapped.to_string()),
+            Some(vk::Result::ERROR_OUT_OF_HOST_MEMORY)
+        );
+        assert_eq!(reported_result("no compatible memory type"), None);
     }
 }

@@ -95,6 +95,7 @@ impl Recording {
     }
 
     fn with_query_pool(ctx: &Arc<GpuContext>, timestamps: bool) -> Result<Self> {
+        ctx.check_alive()?;
         let dev = ctx.device();
         let pool = ctx.create_command_pool()?;
         let mut rec = Recording {
@@ -667,10 +668,11 @@ impl Recording {
                     // SAFETY: cmd is executable (ended), the fence unsignaled,
                     // and everything the recording uses is kept alive by it.
                     unsafe { self.ctx.submit(*cmd, self.fence) }?;
-                    wait_and_reset(self.ctx.device(), self.fence, mode)?;
+                    wait_and_reset(&self.ctx, self.fence, mode)?;
                     i += 1;
                 }
                 Step::Host(_) => {
+                    self.ctx.before_host_submission()?;
                     let n = self.steps[i..]
                         .iter()
                         .take_while(|s| matches!(s, Step::Host(_)))
@@ -690,6 +692,8 @@ impl Recording {
     /// # Errors
     /// A failing Vulkan call.
     pub fn timestamps(&self) -> Result<Vec<(String, f64)>> {
+        // A waiting query on a lost device is one more place a driver could block.
+        self.ctx.check_alive()?;
         let (Some(q), Some(period)) = (self.query_pool, self.ctx.caps().timestamp_period_ns) else {
             return Ok(Vec::new());
         };
@@ -707,7 +711,7 @@ impl Recording {
                 vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
             )
         }
-        .map_err(|r| ModelError::vk("vkGetQueryPoolResults", r))?;
+        .map_err(|r| self.ctx.vk_error("vkGetQueryPoolResults", r))?;
         let t0 = raw[0];
         Ok(self
             .labels

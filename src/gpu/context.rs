@@ -14,7 +14,9 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use gpu_allocator::{AllocationSizes, AllocatorDebugSettings};
 
+use super::budget::MemoryAccount;
 use super::caps::{CoopMatShape, DeviceCaps};
+use super::fault::{DeviceHealth, Fault};
 use super::pipeline::PipelineCache;
 use crate::error::{ModelError, Result};
 
@@ -48,6 +50,8 @@ pub struct GpuContext {
     caps: DeviceCaps,
     index: usize,
     pub(crate) pipelines: PipelineCache,
+    memory: MemoryAccount,
+    health: DeviceHealth,
 }
 
 // SAFETY: Vulkan handles are plain integers/pointers owned by this context; every
@@ -524,6 +528,8 @@ impl GpuContext {
             caps,
             index,
             pipelines: PipelineCache::default(),
+            memory: MemoryAccount::default(),
+            health: DeviceHealth::from_env(),
         }))
     }
 
@@ -560,18 +566,103 @@ impl GpuContext {
     /// Submits `cmd` to the compute queue, to signal `fence` when it completes.
     ///
     /// # Errors
-    /// A failing `vkQueueSubmit`.
+    /// The device is lost (before, or by this submission, or by an injected
+    /// fault), or another failing `vkQueueSubmit`.
     ///
     /// # Safety
     /// `cmd` is executable (ended, not pending) and `fence` unsignaled, both
     /// of this device; whatever `cmd` uses stays alive until `fence` is waited.
     pub(crate) unsafe fn submit(&self, cmd: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        self.health.before_submission()?;
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         let queue = self.queue();
         // SAFETY: per this function's contract; the queue is locked.
         unsafe { self.device.queue_submit(*queue, &submit, fence) }
-            .map_err(|r| ModelError::vk("vkQueueSubmit", r))
+            .map_err(|r| self.vk_error("vkQueueSubmit", r))
+    }
+
+    /// A failed Vulkan call as a [`ModelError`]; `VK_ERROR_DEVICE_LOST`
+    /// marks the context lost for good.
+    pub(crate) fn vk_error(&self, call: &'static str, r: vk::Result) -> ModelError {
+        if r == vk::Result::ERROR_DEVICE_LOST {
+            return self.health.mark_lost(call);
+        }
+        ModelError::vk(call, r)
+    }
+
+    /// Marks the context lost, first seen in `call`; returns the error to report.
+    pub(crate) fn mark_lost(&self, call: &'static str) -> ModelError {
+        self.health.mark_lost(call)
+    }
+
+    /// Whether a `VK_ERROR_DEVICE_LOST` (real or injected) was seen: every
+    /// later submission, recording and allocation on this context fails
+    /// with [`ModelError::DeviceLost`].
+    pub fn is_lost(&self) -> bool {
+        self.health.is_lost()
+    }
+
+    /// `Ok` while the device is not lost; called before recording,
+    /// allocating and running host steps.
+    ///
+    /// # Errors
+    /// [`ModelError::DeviceLost`].
+    pub fn check_alive(&self) -> Result<()> {
+        self.health.check()
+    }
+
+    /// Before a run of host steps (CPU devices), which stands in for a
+    /// submission: fails when the device is lost, and counts toward an
+    /// injected [`Fault::DeviceLostAfter`].
+    pub(crate) fn before_host_submission(&self) -> Result<()> {
+        self.health.before_submission()
+    }
+
+    /// Arms a fake driver failure (see [`Fault`]); for tests. C programs
+    /// reach it through the `COMBS_FAULT_DEVICE_LOST_AFTER` environment
+    /// variable, read when a runtime is created.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: Fault) {
+        self.health.inject(fault);
+    }
+
+    /// Sets the device-memory budget in bytes (0: none): a device-local
+    /// [`super::Buffer`] that would take [`Self::memory_in_use`] past it is
+    /// refused with [`ModelError::MemoryBudget`] before the driver is asked.
+    /// Lowering it below what is in use frees nothing; it refuses the next
+    /// allocations. What counts is described in `src/gpu/budget.rs`:
+    /// device-local buffers (weights, KV caches, scratch), not the
+    /// host-visible upload, readback and staging buffers.
+    pub fn set_memory_budget(&self, bytes: u64) {
+        self.memory.set_budget(bytes);
+    }
+
+    /// The device-memory budget in bytes (0: none).
+    pub fn memory_budget(&self) -> u64 {
+        self.memory.budget()
+    }
+
+    /// Bytes held by this context's live device-local buffers (what the
+    /// budget limits).
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory.in_use()
+    }
+
+    /// The most device-local bytes this context's buffers have held at once.
+    pub fn memory_peak(&self) -> u64 {
+        self.memory.peak()
+    }
+
+    /// Bytes held by this context's live host-visible buffers (upload,
+    /// readback, staging; not budgeted).
+    pub fn memory_host_visible(&self) -> u64 {
+        self.memory.host_visible()
+    }
+
+    /// The account buffers reserve their bytes in.
+    pub(crate) fn memory(&self) -> &MemoryAccount {
+        &self.memory
     }
 
     /// A command pool of the compute queue's family whose command buffers
@@ -585,7 +676,7 @@ impl GpuContext {
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid device and create info.
         unsafe { self.device.create_command_pool(&info, None) }
-            .map_err(|r| ModelError::vk("vkCreateCommandPool", r))
+            .map_err(|r| self.vk_error("vkCreateCommandPool", r))
     }
 
     /// Locks the compute queue for a submission.

@@ -3,10 +3,12 @@
 //! `unsafe` Vulkan calls of the crate live here.
 
 pub mod binding;
+mod budget;
 pub mod buffer;
 pub mod caps;
 pub mod command;
 pub mod context;
+pub mod fault;
 pub mod host;
 pub mod kernels;
 pub mod lent;
@@ -20,6 +22,9 @@ pub use buffer::{Buffer, MemoryKind};
 pub use caps::{DeviceCaps, DeviceClass};
 pub use command::{ELEMENTWISE_WG, Recording, run_once};
 pub use context::{DeviceInfo, GpuContext, list_devices, parse_device};
+pub use fault::FAULT_ENV;
+#[doc(hidden)]
+pub use fault::Fault;
 pub use host::{HostMem, HostMut, HostRef, HostStep};
 pub use kernels::Kernel;
 pub use lent::{HostRows, LentBuffer};

@@ -91,7 +91,7 @@ impl Uploader {
         if !slot.in_flight {
             return Ok(());
         }
-        let done = wait_and_reset(self.ctx.device(), slot.fence, WaitMode::Block);
+        let done = wait_and_reset(&self.ctx, slot.fence, WaitMode::Block);
         slot.in_flight = false;
         slot.keep = None;
         done

@@ -4,7 +4,8 @@
 
 use ash::vk;
 
-use crate::error::{ModelError, Result};
+use super::context::GpuContext;
+use crate::error::Result;
 
 /// How the host waits for a submitted command buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +44,14 @@ pub fn set_wait_mode(mode: WaitMode) {
     WAIT_MODE.store(mode == WaitMode::Poll, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn wait_fence(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> ash::prelude::VkResult<()> {
+/// How long one blocking `vkWaitForFences` lasts before the wait checks
+/// whether another thread saw the device lost: a driver must return
+/// `VK_ERROR_DEVICE_LOST` from a wait in finite time, but a hung device that
+/// no call has reported yet would otherwise keep an infinite wait forever.
+const BLOCK_SLICE_NS: u64 = 1_000_000_000;
+
+fn wait_fence(ctx: &GpuContext, fence: vk::Fence, mode: WaitMode) -> Result<()> {
+    let dev = ctx.device();
     if mode == WaitMode::Poll {
         let t0 = std::time::Instant::now();
         while t0.elapsed() < POLL_LIMIT {
@@ -51,23 +59,32 @@ fn wait_fence(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> ash::prelu
             match unsafe { dev.get_fence_status(fence) } {
                 Ok(true) => return Ok(()),
                 Ok(false) => std::thread::yield_now(),
-                Err(e) => return Err(e),
+                Err(e) => return Err(ctx.vk_error("vkGetFenceStatus", e)),
             }
         }
     }
-    // SAFETY: the fence belongs to this device.
-    unsafe { dev.wait_for_fences(&[fence], true, u64::MAX) }
+    loop {
+        // SAFETY: the fence belongs to this device.
+        match unsafe { dev.wait_for_fences(&[fence], true, BLOCK_SLICE_NS) } {
+            Ok(()) => return Ok(()),
+            Err(vk::Result::TIMEOUT) => ctx.check_alive()?,
+            Err(e) => return Err(ctx.vk_error("vkWaitForFences", e)),
+        }
+    }
 }
 
 /// Waits for `fence` as `mode` says, then resets it even when the wait
 /// failed.
 ///
 /// # Errors
-/// The wait or the reset failed (a lost device).
-pub(crate) fn wait_and_reset(dev: &ash::Device, fence: vk::Fence, mode: WaitMode) -> Result<()> {
-    let waited = wait_fence(dev, fence, mode);
+/// The wait or the reset failed, or the device was lost
+/// ([`ModelError::DeviceLost`]) before the fence signaled.
+///
+/// [`ModelError::DeviceLost`]: crate::error::ModelError::DeviceLost
+pub(crate) fn wait_and_reset(ctx: &GpuContext, fence: vk::Fence, mode: WaitMode) -> Result<()> {
+    let waited = wait_fence(ctx, fence, mode);
     // SAFETY: the fence is signaled or the device is lost; reset is valid either way.
-    let reset = unsafe { dev.reset_fences(&[fence]) };
-    waited.map_err(|r| ModelError::vk("vkWaitForFences", r))?;
-    reset.map_err(|r| ModelError::vk("vkResetFences", r))
+    let reset = unsafe { ctx.device().reset_fences(&[fence]) };
+    waited?;
+    reset.map_err(|r| ctx.vk_error("vkResetFences", r))
 }

@@ -83,14 +83,26 @@ impl Session {
             return Err(ModelError::invalid("page_size", "must be positive"));
         }
         let n_batch = opts.n_batch.clamp(1, 4096).min(n_ctx);
-        let cache = model.create_kv_cache(&CacheConfig {
-            n_ctx,
-            kind: opts.kv_kind,
-            page_size: opts.page_size,
-            pool_pages: opts.pool_pages,
-            max_batch: n_batch,
-        })?;
-        let scratch = model.create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))?;
+        let cache = model
+            .create_kv_cache(&CacheConfig {
+                n_ctx,
+                kind: opts.kv_kind,
+                page_size: opts.page_size,
+                pool_pages: opts.pool_pages,
+                max_batch: n_batch,
+            })
+            .map_err(|e| {
+                name_memory(
+                    e,
+                    format!(
+                        "KV cache of a new session ({n_ctx} positions, {:?})",
+                        opts.kv_kind
+                    ),
+                )
+            })?;
+        let scratch = model
+            .create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))
+            .map_err(|e| name_memory(e, format!("scratch of a new session (batch {n_batch})")))?;
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
             lent: None,
@@ -522,4 +534,14 @@ pub(crate) fn read_logit_row(
 ) -> Result<()> {
     let n_vocab = model.spec().n_vocab;
     s.logits.read_slice((row * n_vocab * 4) as u64, out)
+}
+
+/// Wraps an out-of-memory error in what was being built, so that the message
+/// names the cache or scratch and not only one of its buffers; other errors
+/// pass unchanged.
+fn name_memory(e: ModelError, what: String) -> ModelError {
+    match e.root() {
+        ModelError::OutOfDeviceMemory { .. } | ModelError::MemoryBudget { .. } => e.context(what),
+        _ => e,
+    }
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use combs::gpu::GpuContext;
@@ -153,6 +154,38 @@ pub fn random_weight(rng: &mut Rng, t: combs::quant::QuantType, n: usize) -> Vec
                 }
             }
             bytes
+        }
+    }
+}
+
+/// A file written for one test, removed when dropped (also when the test
+/// panics); it derefs to its path.
+pub struct TempFile(PathBuf);
+
+impl TempFile {
+    /// Writes `bytes` to `name` in this test process's temporary directory.
+    pub fn write(name: &str, bytes: &[u8]) -> Self {
+        let dir = std::env::temp_dir().join(format!("combs-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).expect("write a temporary file");
+        TempFile(p)
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        // Removed only once the last file of the process is gone.
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

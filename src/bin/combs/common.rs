@@ -45,6 +45,12 @@ pub struct ModelArgs {
     /// or `bf16` (default: as stored).
     #[arg(long, value_name = "q4|f16|bf16", value_parser = parse_quant)]
     pub quant: Option<LoadQuant>,
+    /// Device-memory budget in MiB for everything this command allocates
+    /// (weights, KV caches, scratch, staging; default: none). Past it, the
+    /// load or session fails with an out-of-memory error naming what did
+    /// not fit.
+    #[arg(long, value_name = "MIB")]
+    pub memory_budget: Option<u64>,
 }
 
 fn parse_quant(s: &str) -> Result<LoadQuant, String> {
@@ -121,6 +127,9 @@ impl ModelArgs {
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
         let ctx = GpuContext::new(self.device)?;
+        if let Some(mib) = self.memory_budget {
+            ctx.set_memory_budget(mib.saturating_mul(1 << 20));
+        }
         let model = Model::load(&ctx, &path, &self.load_options())
             .map_err(|e| CliError::in_file(&path, e))?;
         Ok((ctx, model))

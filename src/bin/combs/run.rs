@@ -87,7 +87,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "an image needs a vision projector: pass --mmproj FILE",
         )));
     }
-    let (_ctx, model) = args.model.load()?;
+    let (ctx, model) = args.model.load()?;
     let vision = args
         .mmproj
         .as_ref()
@@ -181,6 +181,15 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         stats.tokens_per_second(),
         stats.stop
     );
+    if ctx.memory_budget() != 0 {
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        eprintln!(
+            "memory: {:.1} MiB in use, {:.1} MiB peak, budget {:.1} MiB",
+            mib(ctx.memory_in_use()),
+            mib(ctx.memory_peak()),
+            mib(ctx.memory_budget())
+        );
+    }
     Ok(())
 }
 
