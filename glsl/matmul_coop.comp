@@ -37,6 +37,7 @@ const uint BM = WM * TM * 16u;
 const uint BN = WN * TN * 16u;
 const uint KSTEP = WK * BK;
 const uint SA = KSTEP + 8u;   // f16 row stride of the tiles (bank spread)
+const uint SA4 = SA / 4u;     // the same in f16vec4s: the tiles are stored 8 bytes at a time
 const uint NSG = WM * WN * WK;
 const uint WGS = NSG * 32u;
 // Per invocation and step: weight sub-blocks and vec4s of activations.
@@ -59,8 +60,11 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/rope.glsl"
 #include "common/coop_out.glsl"
 
-shared float16_t sa[BM * SA];
-shared float16_t sx[BN * SA];
+// f16vec4 elements, so that staging a step is one 8-byte store per four
+// values rather than four 2-byte ones; coopMatLoad takes offsets and
+// strides in elements of the array (KSTEP and the padding are multiples of 4).
+shared f16vec4 sa[BM * SA4];
+shared f16vec4 sx[BN * SA4];
 shared float sc[SC];
 
 // This invocation's share of one step, loaded ahead of the products.
@@ -104,12 +108,9 @@ void store_step(uint tid) {
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
         const uint q = tid + i * WGS;
         if (q < BM * spr) {
-            const uint base = (q / spr) * SA + (q % spr) * 32u;
+            const uint base = (q / spr) * SA4 + (q % spr) * 8u;
             [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                sa[base + 4u * j] = wreg[i][j].x;
-                sa[base + 4u * j + 1u] = wreg[i][j].y;
-                sa[base + 4u * j + 2u] = wreg[i][j].z;
-                sa[base + 4u * j + 3u] = wreg[i][j].w;
+                sa[base + j] = wreg[i][j];
             }
         }
     }
@@ -117,11 +118,7 @@ void store_step(uint tid) {
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
         const uint v = tid + i * WGS;
         if (v < BN * vpr) {
-            const uint base = (v / vpr) * SA + 4u * (v % vpr);
-            sx[base] = xreg[i].x;
-            sx[base + 1u] = xreg[i].y;
-            sx[base + 2u] = xreg[i].z;
-            sx[base + 3u] = xreg[i].w;
+            sx[(v / vpr) * SA4 + v % vpr] = xreg[i];
         }
     }
 }
@@ -156,13 +153,13 @@ void main() {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
             [[unroll]] for (uint i = 0u; i < TM; i++) {
-                // A(m, k) = sa[row * SA + k]: row-major
-                coopMatLoad(ma[i], sa, (sg_row + 16u * i) * SA + sg_col + c, SA,
+                // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
+                coopMatLoad(ma[i], sa, ((sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
                             gl_CooperativeMatrixLayoutRowMajor);
             }
             [[unroll]] for (uint j = 0u; j < TN; j++) {
-                // B(k, n) = sx[token * SA + k]: column-major
-                coopMatLoad(mb[j], sx, (sg_tok + 16u * j) * SA + sg_col + c, SA,
+                // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
+                coopMatLoad(mb[j], sx, ((sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
                             gl_CooperativeMatrixLayoutColumnMajor);
             }
             [[unroll]] for (uint i = 0u; i < TM; i++) {
