@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Aggregate decode throughput against batch size, on the GPU machine:
 #
-#   bench/batch-scaling.sh [--combs BIN] [--dir DIR] [-n STEPS] [-r REPS] [PRESET:TYPE ...]
+#   bench/batch-scaling.sh [--combs BIN] [--dir DIR] [-n STEPS] [-r REPS] [--batch B,B,...] [PRESET:TYPE ...]
 #
 # For each case (default: smollm2-135m:q4_0 llama-1b:q4_0) makes the file
-# with `combs synth`, then runs `combs bench -p 0 -n STEPS --batch 1,4,16,64
+# with `combs synth`, then runs `combs bench -p 0 -n STEPS --batch BATCHES
+# (default 1,4,16,64,128,256)
 # --json` (each sequence holds 16 prompt tokens, then STEPS decode steps of
 # all sequences together are timed) and prints aggregate tokens/s per batch
 # size, its ratio to batch 1, and the plain single-session decode (tg) for
@@ -15,6 +16,7 @@ combs="${COMBS_BIN:-$here/../target/release/combs}"
 dir="${TMPDIR:-/tmp}/combs-bench"
 steps=64
 reps=3
+batches=1,4,16,64,128,256
 cases=()
 while (($#)); do
     case "$1" in
@@ -22,7 +24,8 @@ while (($#)); do
         --dir) dir="$2"; shift 2 ;;
         -n) steps="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        --batch) batches="$2"; shift 2 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) cases+=("$1"); shift ;;
     esac
 done
@@ -33,7 +36,7 @@ for c in "${cases[@]}"; do
     preset="${c%%:*}" type="${c##*:}"
     f="$dir/$preset-$type.gguf"
     [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
-    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch 1,4,16,64 --json)")
+    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch "$batches" --json)")
 done
 python3 - "${rows[@]}" <<'PY'
 import json, sys
