@@ -9,6 +9,7 @@ use ash::vk;
 use super::buffer::{Buffer, MemoryKind};
 use super::command::memory_barrier;
 use super::context::GpuContext;
+use super::phases::{self, Phase};
 use super::wait::{WaitMode, wait_and_reset};
 use crate::error::{ModelError, Result};
 
@@ -190,18 +191,27 @@ impl Uploader {
             let n = self.half.min(len - done);
             let i = self.next;
             self.next = 1 - self.next;
-            self.wait_slot(i)?;
+            {
+                let _t = phases::time(Phase::Wait);
+                self.wait_slot(i)?;
+            }
             let buf = &mut piece[..n as usize];
-            fill(done, buf);
             let staging_offset = i as u64 * self.half;
-            self.staging.write_bytes(staging_offset, buf)?;
+            {
+                let _t = phases::time(Phase::Fill).bytes(n);
+                fill(done, buf);
+                self.staging.write_bytes(staging_offset, buf)?;
+            }
             let staging = self.staging.clone();
             let region = vk::BufferCopy {
                 src_offset: staging_offset,
                 dst_offset: offset + done,
                 size: n,
             };
-            self.submit_copy(i, &staging, dst, region)?;
+            {
+                let _t = phases::time(Phase::Submit);
+                self.submit_copy(i, &staging, dst, region)?;
+            }
             done += n;
         }
         Ok(())

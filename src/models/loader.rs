@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::{GgufFile, TensorInfo};
+use crate::gpu::phases::{self, Phase};
 use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
 use crate::ops::linear::Linear;
 use crate::quant::{QuantType, QuantWeight, TensorBytes, dequantize_vec};
@@ -210,6 +211,7 @@ impl<'a> TensorLoader<'a> {
                 });
             }
         }
+        let stack_timer = phases::time(Phase::Stack);
         let bytes = if interleave {
             let mut out = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
             for r in 0..rows[0] {
@@ -221,6 +223,7 @@ impl<'a> TensorLoader<'a> {
         } else {
             data.concat()
         };
+        drop(stack_timer);
         let tensor = TensorBytes {
             name,
             qtype,
@@ -271,7 +274,10 @@ impl<'a> TensorLoader<'a> {
             tensor: name.into(),
             ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
         })?;
-        let v = dequantize_vec(qtype, self.gguf.tensor_data(t), len)?;
+        let v = {
+            let _t = phases::time(Phase::HostF32);
+            dequantize_vec(qtype, self.gguf.tensor_data(t), len)?
+        };
         self.advance(t);
         Ok(v)
     }
@@ -357,7 +363,10 @@ impl<'a> TensorLoader<'a> {
     /// # Errors
     /// A failing Vulkan call.
     pub fn finish(mut self) -> Result<()> {
-        self.up.flush()?;
+        {
+            let _t = phases::time(Phase::Flush);
+            self.up.flush()?;
+        }
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::QuantType;
 use super::layout::{DeviceLayout, Plane, device_bytes};
 use crate::error::{ModelError, Result};
+use crate::gpu::phases::{self, Phase};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
 
 /// A contiguous range of rows of a weight, in one buffer.
@@ -202,12 +203,15 @@ impl QuantWeight {
             let n_rows = per_chunk.min(rows - row_start);
             let nb = n_rows * nb_row;
             let src = &bytes[row_start * row_bytes..(row_start + n_rows) * row_bytes];
-            let buffer = Buffer::new(
-                ctx,
-                device_bytes(qtype, nb) as u64,
-                MemoryKind::Device,
-                name,
-            )?;
+            let buffer = {
+                let _t = phases::time(Phase::Alloc);
+                Buffer::new(
+                    ctx,
+                    device_bytes(qtype, nb) as u64,
+                    MemoryKind::Device,
+                    name,
+                )?
+            };
             match DeviceLayout::of(qtype) {
                 None => up.upload(&buffer, 0, src)?,
                 Some(layout) => {

@@ -10,6 +10,7 @@ use super::session::{Session, SessionOptions};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
+use crate::gpu::phases::{self, Phase};
 use crate::models::{ArchSpec, GenerativeModel, LoadOptions, ModelRegistry};
 use crate::tokenizer::Tokenizer;
 
@@ -54,6 +55,7 @@ impl Model {
         let g = if path.is_dir() {
             ModelRegistry::new().open(path, opts)?
         } else {
+            let _t = phases::time(Phase::Open);
             let g = GgufFile::open(path)
                 .map_err(|e| crate::models::speech_loader::speech_file_hint(path, e))?;
             match opts.quant {
@@ -61,7 +63,10 @@ impl Model {
                 None => g,
             }
         };
-        let tokenizer = Tokenizer::from_gguf(&g)?;
+        let tokenizer = {
+            let _t = phases::time(Phase::Tokenizer);
+            Tokenizer::from_gguf(&g)?
+        };
         let weights = ModelRegistry::new().load(ctx, &g, opts)?;
         if tokenizer.n_vocab() > weights.spec().n_vocab {
             return Err(ModelError::Shape {

@@ -120,7 +120,10 @@ impl ModelArgs {
     /// Opens the device and loads the model (with a progress bar on a terminal).
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
-        let ctx = GpuContext::new(self.device)?;
+        let ctx = {
+            let _t = combs::gpu::phases::time(combs::gpu::phases::Phase::Context);
+            GpuContext::new(self.device)?
+        };
         let model = Model::load(&ctx, &path, &self.load_options())
             .map_err(|e| CliError::in_file(&path, e))?;
         Ok((ctx, model))
