@@ -253,6 +253,17 @@ impl Buffer {
         })
     }
 
+    /// Whether the host can write this buffer in place with no flush: its
+    /// memory is mapped and host-coherent (every buffer on a CPU device or
+    /// under unified memory; on a discrete GPU, the staging kinds only).
+    pub(super) fn host_coherent(&self) -> bool {
+        self.allocation.as_ref().is_some_and(|a| {
+            a.mapped_ptr().is_some()
+                && a.memory_properties()
+                    .contains(vk::MemoryPropertyFlags::HOST_COHERENT)
+        })
+    }
+
     /// An identity of the buffer for borrow tracking.
     pub(super) fn raw_id(&self) -> usize {
         use ash::vk::Handle;

@@ -26,8 +26,6 @@ pub enum Phase {
     Wait,
     /// Recording and submitting staging copies.
     Submit,
-    /// Building stacked (q/k/v, gate/up) tensors on the host.
-    Stack,
     /// Dequantizing small tensors (norms, biases) to f32 on the host.
     HostF32,
     /// Creating compute pipelines (shader compilation by the driver).
@@ -36,7 +34,7 @@ pub enum Phase {
     Flush,
 }
 
-const PHASES: [Phase; 11] = [
+const PHASES: [Phase; 10] = [
     Phase::Context,
     Phase::Open,
     Phase::Tokenizer,
@@ -44,7 +42,6 @@ const PHASES: [Phase; 11] = [
     Phase::Fill,
     Phase::Wait,
     Phase::Submit,
-    Phase::Stack,
     Phase::HostF32,
     Phase::Pipeline,
     Phase::Flush,
@@ -60,7 +57,6 @@ impl Phase {
             Phase::Fill => "fill",
             Phase::Wait => "wait",
             Phase::Submit => "submit",
-            Phase::Stack => "stack",
             Phase::HostF32 => "host_f32",
             Phase::Pipeline => "pipeline",
             Phase::Flush => "flush",

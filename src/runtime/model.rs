@@ -63,11 +63,19 @@ impl Model {
                 None => g,
             }
         };
-        let tokenizer = {
-            let _t = phases::time(Phase::Tokenizer);
-            Tokenizer::from_gguf(&g)?
-        };
-        let weights = ModelRegistry::new().load(ctx, &g, opts)?;
+        // The tokenizer (a large vocabulary takes a while to index) is built
+        // on a thread of its own while the weights upload; its error, if
+        // any, still comes first.
+        let (tokenizer, weights) = std::thread::scope(|s| {
+            let tok = s.spawn(|| {
+                let _t = phases::time(Phase::Tokenizer);
+                Tokenizer::from_gguf(&g)
+            });
+            let weights = ModelRegistry::new().load(ctx, &g, opts);
+            let tok = tok.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (tok, weights)
+        });
+        let (tokenizer, weights) = (tokenizer?, weights?);
         if tokenizer.n_vocab() > weights.spec().n_vocab {
             return Err(ModelError::Shape {
                 tensor: "token_embd.weight".into(),
