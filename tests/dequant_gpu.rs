@@ -220,7 +220,7 @@ fn uploads_write_repacked_bytes_through_staging_and_in_place() {
         for t in types {
             let cols = 2 * t.block_size().max(256);
             let row_bytes = t.row_bytes(cols).expect("whole blocks");
-            let rows = 5 + rng.below(20) as usize;
+            let rows = 5 + rng.below(20);
             let parts: Vec<Vec<u8>> = (0..3)
                 .map(|_| {
                     let mut p = vec![0u8; rows * row_bytes];

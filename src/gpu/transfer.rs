@@ -74,6 +74,9 @@ pub struct Uploader {
 /// # Safety
 /// No GPU work may access the range while the slice lives, and no other
 /// host reference to it may exist.
+// A mutable view from a shared `Buffer`: the mapping is the GPU's memory,
+// which Rust's borrows cannot track; exclusivity is this function's contract.
+#[allow(clippy::mut_from_ref)]
 unsafe fn mapped_mut(buf: &Buffer, offset: u64, len: u64) -> Result<&mut [u8]> {
     if offset.checked_add(len).is_none_or(|e| e > buf.size()) {
         return Err(ModelError::Internal(format!(

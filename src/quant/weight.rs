@@ -341,7 +341,7 @@ impl<F: WeightFormat> QWeight<F> {
         n_out: usize,
         k: usize,
     ) -> Result<Self> {
-        let mut up = Uploader::new(ctx)?;
+        let mut up = Uploader::for_new_buffers(ctx, 16 << 20)?;
         let w = Self::upload(ctx, &mut up, F::TYPE.name(), n_out, k, bytes)?;
         up.flush()?;
         Ok(w)
