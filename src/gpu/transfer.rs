@@ -165,7 +165,16 @@ impl Uploader {
         if let Some(s) = &self.staging {
             return Ok(s.clone());
         }
-        let s = Buffer::new(&self.ctx, 2 * self.half, MemoryKind::Upload, "staging ring")?;
+        let s = match Buffer::new(&self.ctx, 2 * self.half, MemoryKind::Upload, "staging ring") {
+            // Host-visible memory can be scarce (a 256 MiB BAR): a large ring
+            // falls back to the default size before failing. Nothing uses
+            // the ring's offsets yet, so its halves may still change.
+            Err(ModelError::OutOfDeviceMemory { .. }) if self.half > DEFAULT_HALF => {
+                self.half = DEFAULT_HALF;
+                Buffer::new(&self.ctx, 2 * self.half, MemoryKind::Upload, "staging ring")?
+            }
+            r => r?,
+        };
         self.staging = Some(s.clone());
         Ok(s)
     }
