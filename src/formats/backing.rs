@@ -29,9 +29,12 @@ impl Backing {
             // mmap of an empty file fails on some platforms; the parsers report it as too short.
             return Ok(Backing::Owned(Vec::new()));
         }
-        Ok(Backing::Mapped(
-            crate::gpu::mapped::map_file(&file).map_err(io)?,
-        ))
+        let map = crate::gpu::mapped::map_file(&file).map_err(io)?;
+        // Start reading the whole file now: a model's tensors are all read
+        // once, and a cold file then streams from disk while the first ones
+        // upload. Advice only; a kernel that ignores it costs nothing.
+        let _ = map.advise(memmap2::Advice::WillNeed);
+        Ok(Backing::Mapped(map))
     }
 
     /// The bytes.

@@ -123,7 +123,7 @@ impl Buffer {
         kind: MemoryKind,
         name: &str,
     ) -> Result<Arc<Self>> {
-        ctx.check_alive()?;
+        ctx.before_allocation()?;
         let size = size.max(4).next_multiple_of(4);
         let in_use = ctx.memory_in_use();
         if size > ctx.caps().max_memory_allocation_size {
@@ -320,6 +320,17 @@ impl Buffer {
     pub(super) fn host_ptr(&self) -> Result<*mut u8> {
         self.mapped_ptr().ok_or_else(|| {
             ModelError::Internal("host access to a buffer the host cannot see".to_string())
+        })
+    }
+
+    /// Whether the host can write this buffer in place with no flush: its
+    /// memory is mapped and host-coherent (every buffer on a CPU device or
+    /// under unified memory; on a discrete GPU, the staging kinds only).
+    pub(super) fn host_coherent(&self) -> bool {
+        self.allocation.as_ref().is_some_and(|a| {
+            a.mapped_ptr().is_some()
+                && a.memory_properties()
+                    .contains(vk::MemoryPropertyFlags::HOST_COHERENT)
         })
     }
 

@@ -619,6 +619,12 @@ impl GpuContext {
         self.health.before_submission()
     }
 
+    /// Before a buffer allocation: fails when the device is lost, and counts
+    /// toward an injected [`Fault::DeviceLostAtAllocation`].
+    pub(crate) fn before_allocation(&self) -> Result<()> {
+        self.health.before_allocation()
+    }
+
     /// Arms a fake driver failure (see [`Fault`]); for tests. C programs
     /// reach it through the `COMBS_FAULT_DEVICE_LOST_AFTER` environment
     /// variable, read when a runtime is created.

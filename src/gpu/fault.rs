@@ -25,6 +25,11 @@ pub enum Fault {
     /// A submission is a `vkQueueSubmit`, or on a CPU device a run of host
     /// steps of a recording, which stands in for one.
     DeviceLostAfter(u64),
+    /// The `n`-th buffer allocation from now fails as if
+    /// `vkAllocateMemory` returned `VK_ERROR_DEVICE_LOST`: where device
+    /// memory is host-visible a model loads without any submission, so this
+    /// is how a loss during a load is reached there.
+    DeviceLostAtAllocation(u64),
 }
 
 /// The environment variable read when a context is created: a number `n`
@@ -39,6 +44,8 @@ pub(crate) struct DeviceHealth {
     first_seen: OnceLock<&'static str>,
     /// Submissions left before the injected loss; 0: none armed.
     lose_in: AtomicU64,
+    /// Allocations left before the injected loss; 0: none armed.
+    lose_at_alloc: AtomicU64,
 }
 
 impl DeviceHealth {
@@ -58,6 +65,7 @@ impl DeviceHealth {
     pub(crate) fn inject(&self, fault: Fault) {
         match fault {
             Fault::DeviceLostAfter(n) => self.lose_in.store(n, Ordering::SeqCst),
+            Fault::DeviceLostAtAllocation(n) => self.lose_at_alloc.store(n, Ordering::SeqCst),
         }
     }
 
@@ -85,18 +93,30 @@ impl DeviceHealth {
     /// fires an armed [`Fault::DeviceLostAfter`] when its count runs out.
     pub(crate) fn before_submission(&self) -> Result<()> {
         self.check()?;
-        let fired = self
-            .lose_in
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
-                0 => None,
-                n => Some(n - 1),
-            })
-            .is_ok_and(|before| before == 1);
-        if fired {
+        if count_down(&self.lose_in) {
             return Err(self.mark_lost("vkQueueSubmit (injected fault)"));
         }
         Ok(())
     }
+
+    /// Called before each buffer allocation: fails if the device is lost,
+    /// and fires an armed [`Fault::DeviceLostAtAllocation`].
+    pub(crate) fn before_allocation(&self) -> Result<()> {
+        self.check()?;
+        if count_down(&self.lose_at_alloc) {
+            return Err(self.mark_lost("vkAllocateMemory (injected fault)"));
+        }
+        Ok(())
+    }
+}
+
+/// Decrements an armed count; true when it reaches zero now.
+fn count_down(n: &AtomicU64) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+        0 => None,
+        n => Some(n - 1),
+    })
+    .is_ok_and(|before| before == 1)
 }
 
 #[cfg(test)]

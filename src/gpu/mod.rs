@@ -13,6 +13,7 @@ pub mod host;
 pub mod kernels;
 pub mod lent;
 pub mod mapped;
+pub mod phases;
 pub mod pipeline;
 pub mod transfer;
 pub mod wait;

@@ -14,6 +14,7 @@ use ash::vk;
 
 use super::context::{GpuContext, lock};
 use super::kernels::Kernel;
+use super::phases::{self, Phase};
 use crate::error::{ModelError, Result};
 
 /// Push-constant bytes every pipeline layout declares.
@@ -138,6 +139,7 @@ pub fn get_pipeline(
     if let Some(p) = lock(&ctx.pipelines.pipelines).get(&key) {
         return Ok(p.clone());
     }
+    let _t = phases::time(Phase::Pipeline);
     let (set_layout, layout) = layouts(ctx, n_bindings)?;
     let words = spirv_words(kernel.spirv());
     let dev = ctx.device();

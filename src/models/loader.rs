@@ -6,9 +6,20 @@ use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::{GgufFile, TensorInfo};
-use crate::gpu::{Buffer, GpuContext, Uploader, upload_new};
+use crate::gpu::phases::{self, Phase};
+use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
 use crate::ops::linear::Linear;
-use crate::quant::{QuantType, QuantWeight, TensorBytes, dequantize_vec};
+use crate::quant::{QuantType, QuantWeight, RowSource, dequantize_vec};
+
+/// Bytes of each half of a load's staging ring.
+const LOAD_HALF: u64 = 64 << 20;
+
+/// Whether `COMBS_LOAD_STAGING=1` asks loads to go through the staging ring
+/// even where device memory is host-visible: the discrete-GPU path, timed
+/// and tested on a CPU device.
+fn staging_forced() -> bool {
+    std::env::var_os("COMBS_LOAD_STAGING").is_some_and(|v| v != "0")
+}
 
 /// Reads tensors of one file onto one device, counting bytes for a progress bar.
 pub struct TensorLoader<'a> {
@@ -35,10 +46,20 @@ impl<'a> TensorLoader<'a> {
             );
             bar
         });
+        // Halves of 64 MiB: a submission and a wait per 64 MiB keeps their
+        // cost (tens of microseconds each) far below the copy's, while two of
+        // them stay a small part of host-visible memory; a small model's
+        // ring is no larger than it.
+        let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
+        let half = (total / 2).clamp(1 << 20, LOAD_HALF);
         Ok(TensorLoader {
             ctx: ctx.clone(),
             gguf,
-            up: Uploader::new(ctx)?,
+            up: if staging_forced() {
+                Uploader::with_half_size(ctx, half)?
+            } else {
+                Uploader::for_new_buffers(ctx, half)?
+            },
             bar,
         })
     }
@@ -198,7 +219,6 @@ impl<'a> TensorLoader<'a> {
                 tensor: first.name.clone(),
                 ggml_type: crate::quant::types::ggml_type_name(first.ggml_type),
             })?;
-        let total: usize = rows.iter().sum();
         let data: Vec<&[u8]> = infos.iter().map(|t| self.gguf.tensor_data(t)).collect();
         let row_bytes = qtype.row_bytes(cols)?;
         for ((t, d), &r) in infos.iter().zip(&data).zip(rows) {
@@ -210,28 +230,15 @@ impl<'a> TensorLoader<'a> {
                 });
             }
         }
-        let bytes = if interleave {
-            let mut out = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
-            for r in 0..rows[0] {
-                for d in &data {
-                    out.extend_from_slice(&d[r * row_bytes..(r + 1) * row_bytes]);
-                }
-            }
-            out
-        } else {
-            data.concat()
-        };
-        let tensor = TensorBytes {
-            name,
-            qtype,
-            rows: total,
-            cols,
-            bytes: &bytes,
-        };
-        let w = QuantWeight::from_gguf_bytes_grouped(
+        // The parts' rows read in place from the file, in the stacked order.
+        let src = RowSource::new(data, row_bytes, interleave)?;
+        let w = QuantWeight::from_rows(
             &self.ctx,
             &mut self.up,
-            tensor,
+            name,
+            qtype,
+            cols,
+            &src,
             // whole rounds; or row pairs, for a rope folded into the matvec
             if interleave { names.len() } else { 2 },
         )?;
@@ -247,7 +254,16 @@ impl<'a> TensorLoader<'a> {
     /// Missing tensor, wrong shape, unsupported type, device errors.
     pub fn vector(&mut self, name: &str, len: usize) -> Result<Arc<Buffer>> {
         let v = self.vector_host(name, len)?;
-        upload_new(&self.ctx, bytemuck::cast_slice(&v), name)
+        self.upload_vector(&v, name)
+    }
+
+    /// A new device buffer holding `v`, through the loader's ring (on the
+    /// device once [`TensorLoader::finish`] returns).
+    fn upload_vector(&mut self, v: &[f32], name: &str) -> Result<Arc<Buffer>> {
+        let bytes: &[u8] = bytemuck::cast_slice(v);
+        let buf = Buffer::new(&self.ctx, bytes.len() as u64, MemoryKind::Device, name)?;
+        self.up.upload(&buf, 0, bytes)?;
+        Ok(buf)
     }
 
     /// Reads a vector of `len` values (any stored type) as f32 on the host.
@@ -271,7 +287,10 @@ impl<'a> TensorLoader<'a> {
             tensor: name.into(),
             ggml_type: crate::quant::types::ggml_type_name(t.ggml_type),
         })?;
-        let v = dequantize_vec(qtype, self.gguf.tensor_data(t), len)?;
+        let v = {
+            let _t = phases::time(Phase::HostF32);
+            dequantize_vec(qtype, self.gguf.tensor_data(t), len)?
+        };
         self.advance(t);
         Ok(v)
     }
@@ -345,7 +364,7 @@ impl<'a> TensorLoader<'a> {
             } else {
                 biases.concat()
             };
-            Some(upload_new(&self.ctx, bytemuck::cast_slice(&v), name)?)
+            Some(self.upload_vector(&v, name)?)
         } else {
             None
         };
@@ -357,7 +376,10 @@ impl<'a> TensorLoader<'a> {
     /// # Errors
     /// A failing Vulkan call.
     pub fn finish(mut self) -> Result<()> {
-        self.up.flush()?;
+        {
+            let _t = phases::time(Phase::Flush);
+            self.up.flush()?;
+        }
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }

@@ -34,7 +34,7 @@ use block::{Block, dequantize_row, quantize_row};
 /// The GGML type table, which belongs to the file format (`crate::formats`).
 pub use crate::formats::ggml_type as types;
 pub use crate::formats::ggml_type::QuantType;
-pub use layout::{DeviceLayout, device_bytes, repack, repack_vec};
+pub use layout::{DeviceLayout, RowSource, device_bytes, repack, repack_rows, repack_vec};
 pub use q4_0::repack_q4_0;
 pub use q4_k::repack_q4_k;
 pub use q5_0::repack_q5_0;

@@ -196,7 +196,7 @@ impl QuantizedLinear {
     /// # Errors
     /// Device errors.
     pub fn upload(&self, ctx: &Arc<GpuContext>, name: &str) -> Result<QuantWeight> {
-        let mut up = Uploader::new(ctx)?;
+        let mut up = Uploader::for_new_buffers(ctx, 16 << 20)?;
         let w = QuantWeight::from_gguf_bytes(
             ctx,
             &mut up,

@@ -8,8 +8,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::QuantType;
-use super::layout::{DeviceLayout, Plane, device_bytes};
+use super::layout::{RowSource, device_bytes, repack_rows};
 use crate::error::{ModelError, Result};
+use crate::gpu::phases::{self, Phase};
 use crate::gpu::{Buffer, GpuContext, MemoryKind, Uploader};
 
 /// A contiguous range of rows of a weight, in one buffer.
@@ -78,21 +79,6 @@ pub fn rows_per_chunk(max: usize, qtype: QuantType, rows: usize, cols: usize) ->
     (n > 0).then_some(n)
 }
 
-/// Copies bytes `[pos, pos + out.len())` of one plane's stream (the plane's
-/// bytes of every block, back to back) out of the GGUF blocks in `src`.
-fn fill_plane(src: &[u8], block_bytes: usize, plane: &Plane, pos: u64, out: &mut [u8]) {
-    let pb = plane.bytes;
-    let mut written = 0;
-    while written < out.len() {
-        let at = pos as usize + written;
-        let (blk, within) = (at / pb, at % pb);
-        let n = (pb - within).min(out.len() - written);
-        let s = blk * block_bytes + plane.src_offset + within;
-        out[written..written + n].copy_from_slice(&src[s..s + n]);
-        written += n;
-    }
-}
-
 impl QuantWeight {
     /// Uploads a `[rows, cols]` tensor of `qtype` from its GGUF bytes.
     ///
@@ -116,7 +102,7 @@ impl QuantWeight {
             bytes,
         };
         // Chunks as large as the device's descriptor range (upload clamps to it).
-        Self::upload(ctx, up, tensor, usize::MAX, 1)
+        Self::upload_bytes(ctx, up, tensor, usize::MAX, 1)
     }
 
     /// Like [`QuantWeight::from_gguf_bytes`] with chunks of at most
@@ -131,7 +117,7 @@ impl QuantWeight {
         tensor: TensorBytes<'_>,
         max_chunk_bytes: usize,
     ) -> Result<Self> {
-        Self::upload(ctx, up, tensor, max_chunk_bytes, 1)
+        Self::upload_bytes(ctx, up, tensor, max_chunk_bytes, 1)
     }
 
     /// Like [`QuantWeight::from_gguf_bytes`] with every chunk's rows a
@@ -146,10 +132,30 @@ impl QuantWeight {
         tensor: TensorBytes<'_>,
         row_multiple: usize,
     ) -> Result<Self> {
-        Self::upload(ctx, up, tensor, usize::MAX, row_multiple)
+        Self::upload_bytes(ctx, up, tensor, usize::MAX, row_multiple)
     }
 
-    fn upload(
+    /// Uploads the `[rows, cols]` tensor of `qtype` whose GGUF rows `src`
+    /// holds (several tensors' rows stacked, read in place), with chunks'
+    /// rows a multiple of `row_multiple` as in
+    /// [`QuantWeight::from_gguf_bytes_grouped`].
+    ///
+    /// # Errors
+    /// As [`QuantWeight::from_gguf_bytes`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_rows(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        cols: usize,
+        src: &RowSource<'_>,
+        row_multiple: usize,
+    ) -> Result<Self> {
+        Self::upload(ctx, up, name, qtype, cols, src, usize::MAX, row_multiple)
+    }
+
+    fn upload_bytes(
         ctx: &Arc<GpuContext>,
         up: &mut Uploader,
         tensor: TensorBytes<'_>,
@@ -163,6 +169,47 @@ impl QuantWeight {
             cols,
             bytes,
         } = tensor;
+        let shape_error = || ModelError::Shape {
+            tensor: name.to_string(),
+            expected: vec![
+                cols.next_multiple_of(qtype.block_size()) as u64,
+                rows as u64,
+            ],
+            got: vec![cols as u64, rows as u64],
+        };
+        let row_bytes = qtype.row_bytes(cols).map_err(|_| shape_error())?;
+        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            return Err(ModelError::Shape {
+                tensor: name.to_string(),
+                expected: vec![(rows * row_bytes) as u64],
+                got: vec![bytes.len() as u64],
+            });
+        }
+        let src = RowSource::single(bytes, row_bytes)?;
+        Self::upload(
+            ctx,
+            up,
+            name,
+            qtype,
+            cols,
+            &src,
+            max_chunk_bytes,
+            row_multiple,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn upload(
+        ctx: &Arc<GpuContext>,
+        up: &mut Uploader,
+        name: &str,
+        qtype: QuantType,
+        cols: usize,
+        src: &RowSource<'_>,
+        max_chunk_bytes: usize,
+        row_multiple: usize,
+    ) -> Result<Self> {
+        let rows = src.rows();
         let max_chunk_bytes = max_chunk_bytes.min(ctx.caps().max_binding_bytes(4) as usize);
         let row_bytes = qtype.row_bytes(cols).map_err(|_| ModelError::Shape {
             tensor: name.to_string(),
@@ -172,11 +219,11 @@ impl QuantWeight {
             ],
             got: vec![cols as u64, rows as u64],
         })?;
-        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+        if row_bytes != src.row_bytes() {
             return Err(ModelError::Shape {
                 tensor: name.to_string(),
-                expected: vec![(rows * row_bytes) as u64],
-                got: vec![bytes.len() as u64],
+                expected: vec![row_bytes as u64],
+                got: vec![src.row_bytes() as u64],
             });
         }
         let per_chunk = rows_per_chunk(max_chunk_bytes, qtype, rows, cols)
@@ -194,36 +241,25 @@ impl QuantWeight {
                     "a storage buffer range of {row_bytes} bytes for one row of `{name}`"
                 ),
             })?;
-        let bb = qtype.block_bytes();
         let nb_row = cols / qtype.block_size();
         let mut chunks = Vec::new();
         let mut row_start = 0;
         while row_start < rows {
             let n_rows = per_chunk.min(rows - row_start);
             let nb = n_rows * nb_row;
-            let src = &bytes[row_start * row_bytes..(row_start + n_rows) * row_bytes];
-            let buffer = Buffer::new(
-                ctx,
-                device_bytes(qtype, nb) as u64,
-                MemoryKind::Device,
-                name,
-            )?;
-            match DeviceLayout::of(qtype) {
-                None => up.upload(&buffer, 0, src)?,
-                Some(layout) => {
-                    for (i, plane) in layout.planes.iter().enumerate() {
-                        let base = layout.plane_offset(i, nb) as u64;
-                        up.upload_with(&buffer, base, (nb * plane.bytes) as u64, |pos, out| {
-                            fill_plane(src, bb, plane, pos, out)
-                        })?;
-                    }
-                    let base = layout.plane_offset(layout.planes.len(), nb) as u64;
-                    let sp = layout.scale_plane();
-                    up.upload_with(&buffer, base, (nb * sp.bytes) as u64, |pos, out| {
-                        fill_plane(src, bb, &sp, pos, out)
-                    })?;
-                }
-            }
+            let buffer = {
+                let _t = phases::time(Phase::Alloc);
+                Buffer::new(
+                    ctx,
+                    device_bytes(qtype, nb) as u64,
+                    MemoryKind::Device,
+                    name,
+                )?
+            };
+            let len = device_bytes(qtype, nb);
+            up.upload_with(&buffer, 0, len as u64, |pos, out| {
+                repack_rows(qtype, src, row_start, n_rows, pos as usize, out)
+            })?;
             chunks.push(WeightChunk {
                 buffer,
                 row_start,
@@ -305,7 +341,7 @@ impl<F: WeightFormat> QWeight<F> {
         n_out: usize,
         k: usize,
     ) -> Result<Self> {
-        let mut up = Uploader::new(ctx)?;
+        let mut up = Uploader::for_new_buffers(ctx, 16 << 20)?;
         let w = Self::upload(ctx, &mut up, F::TYPE.name(), n_out, k, bytes)?;
         up.flush()?;
         Ok(w)

@@ -10,6 +10,7 @@ use super::session::{Session, SessionOptions};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
+use crate::gpu::phases::{self, Phase};
 use crate::models::{ArchSpec, GenerativeModel, LoadOptions, ModelRegistry};
 use crate::tokenizer::Tokenizer;
 
@@ -54,6 +55,7 @@ impl Model {
         let g = if path.is_dir() {
             ModelRegistry::new().open(path, opts)?
         } else {
+            let _t = phases::time(Phase::Open);
             let g = GgufFile::open(path)
                 .map_err(|e| crate::models::speech_loader::speech_file_hint(path, e))?;
             match opts.quant {
@@ -61,8 +63,19 @@ impl Model {
                 None => g,
             }
         };
-        let tokenizer = Tokenizer::from_gguf(&g)?;
-        let weights = ModelRegistry::new().load(ctx, &g, opts)?;
+        // The tokenizer (a large vocabulary takes a while to index) is built
+        // on a thread of its own while the weights upload; its error, if
+        // any, still comes first.
+        let (tokenizer, weights) = std::thread::scope(|s| {
+            let tok = s.spawn(|| {
+                let _t = phases::time(Phase::Tokenizer);
+                Tokenizer::from_gguf(&g)
+            });
+            let weights = ModelRegistry::new().load(ctx, &g, opts);
+            let tok = tok.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (tok, weights)
+        });
+        let (tokenizer, weights) = (tokenizer?, weights?);
         if tokenizer.n_vocab() > weights.spec().n_vocab {
             return Err(ModelError::Shape {
                 tensor: "token_embd.weight".into(),

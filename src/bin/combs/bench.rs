@@ -108,11 +108,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let mut first_token_ms = None;
     let spec = model.spec().clone();
     let n_ctx = (args.n_prompt + args.n_gen + 1).max(16);
+    let t_session = Instant::now();
     let mut session = model.new_session(&SessionOptions {
         n_ctx,
         n_batch: args.n_prompt.max(1),
         ..Default::default()
     })?;
+    let session_ms = t_session.elapsed().as_secs_f64() * 1e3;
     let prompt = tokens(args.n_prompt, spec.n_vocab);
     let generated = tokens(args.n_gen, spec.n_vocab);
     let mut pp = Vec::new();
@@ -124,7 +126,17 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             session.prefill(&prompt)?;
             let dt = t0.elapsed().as_secs_f64();
             if first_token_ms.is_none() {
-                first_token_ms = Some(t_start.elapsed().as_secs_f64() * 1e3);
+                let ms = t_start.elapsed().as_secs_f64() * 1e3;
+                first_token_ms = Some(ms);
+                if combs::gpu::phases::enabled() {
+                    eprintln!(
+                        "load phases (COMBS_LOAD_PROFILE): load {load_ms:.1} ms, \
+                         session {session_ms:.1} ms, first prefill {:.1} ms, \
+                         first token at {ms:.1} ms\n{}",
+                        dt * 1e3,
+                        combs::gpu::phases::report()
+                    );
+                }
             }
             if rep > 0 {
                 pp.push(args.n_prompt as f64 / dt);

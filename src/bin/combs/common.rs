@@ -126,7 +126,10 @@ impl ModelArgs {
     /// Opens the device and loads the model (with a progress bar on a terminal).
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
-        let ctx = GpuContext::new(self.device)?;
+        let ctx = {
+            let _t = combs::gpu::phases::time(combs::gpu::phases::Phase::Context);
+            GpuContext::new(self.device)?
+        };
         if let Some(mib) = self.memory_budget {
             ctx.set_memory_budget(mib.saturating_mul(1 << 20));
         }

@@ -312,7 +312,8 @@ impl WhisperModel {
         let mut up = Up {
             ctx: ctx.clone(),
             src,
-            up: Uploader::new(ctx)?,
+            // Every upload fills a new buffer: in place where the host sees device memory.
+            up: Uploader::for_new_buffers(ctx, 16 << 20)?,
             bytes: 0,
         };
         let conv = stem_convs(n_mels, d);

@@ -255,7 +255,7 @@ fn upload_bias(
 
 /// Uploads `tensor` as it is stored.
 fn upload_weight(ctx: &Arc<GpuContext>, tensor: TensorBytes<'_>) -> Result<QuantWeight> {
-    let mut up = Uploader::new(ctx)?;
+    let mut up = Uploader::for_new_buffers(ctx, 16 << 20)?;
     let w = QuantWeight::from_gguf_bytes(
         ctx,
         &mut up,
