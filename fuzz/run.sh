@@ -22,17 +22,24 @@ rustup toolchain list | grep -q nightly || rustup toolchain install nightly --pr
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 [ -f "${COMBS_MODELS:-$HOME/.cache/combs/models}/gemma-3-270m-q4_k_m.gguf" ] || scripts/fetch-models.sh
 
-# The kernels' SPIR-V comes from a normal build (the fuzz build has no shaderc).
-cargo build --release --lib --example fuzz_seeds
-STAMP=$(ls -t target/release/build/combs-*/out/kernels.stamp | head -1)
-export COMBS_SPIRV_DIR="$PWD/$(dirname "$STAMP")"
+# The kernels' SPIR-V comes from a normal build (the fuzz build has no
+# shaderc); redone before every target, so that sources edited during a
+# long run give kernels of the same revision (the build checks a stamp).
+spirv() {
+    cargo build --release --lib --example fuzz_seeds
+    local stamp
+    stamp=$(ls -t target/release/build/combs-*/out/kernels.stamp | head -1)
+    export COMBS_SPIRV_DIR="$PWD/$(dirname "$stamp")"
+}
+spirv
 target/release/examples/fuzz_seeds fuzz/corpus >/dev/null
 python3 fuzz/make-seeds.py generated
 
-# -a: debug assertions and overflow checks, so that arithmetic on sizes
-# from a file that wraps is a crash, not a silent wrong answer.
-(cd fuzz && cargo +nightly fuzz build -a)
 for t in "${TARGETS[@]}"; do
+    spirv
+    # -a: debug assertions and overflow checks, so that arithmetic on sizes
+    # from a file that wraps is a crash, not a silent wrong answer.
+    (cd fuzz && cargo +nightly fuzz build -a "$t")
     mkdir -p "fuzz/corpus/$t" "fuzz/corpus/seed-$t" "fuzz/corpus/gen-$t" "fuzz/artifacts/$t"
     log="fuzz/artifacts/$t/last-run.log"
     # Lavapipe and the tokenizers' tables are allocated once per process;
