@@ -216,7 +216,7 @@ fn top_margin(l: &[f32]) -> f32 {
     l[best] - second
 }
 
-/// Batches of more sequences than the matvec takes per dispatch (12, 16):
+/// Batches of more sequences than the matvec takes per dispatch (12 to 64):
 /// on GPUs with cooperative matrices they run the skinny products on f16
 /// activations, which the norms and gates write directly. Each sequence's
 /// logits stay within [`ACROSS_SHAPES`] of it decoding alone, and its
@@ -227,7 +227,7 @@ fn batches_past_the_matvec_match_sessions_alone() {
     let mut rng = Rng::fresh("batched_decode_many");
     let model = tiny_model(rng.next_u64());
     let n_vocab = model.spec().n_vocab;
-    for count in [12usize, 16] {
+    for count in [12usize, 16, 40, 64] {
         let lens: Vec<usize> = (0..count).map(|_| 1 + rng.below(30)).collect();
         let prompts: Vec<Vec<u32>> = lens.iter().map(|&n| tokens(&mut rng, n, n_vocab)).collect();
         let mut alone: Vec<Session> = prompts

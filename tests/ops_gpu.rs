@@ -2181,6 +2181,7 @@ fn skinny_f16_activations_match_ref() {
             (QuantType::Q4_0, 333usize, 576usize, 9usize),
             (QuantType::Q4K, 200, 512, 16),
             (QuantType::Q8_0, 130, 768, 21),
+            (QuantType::Q4_0, 333, 576, 64),
         ] {
             let bytes = random_weight(&mut rng, t, rows * cols);
             let mut up = Uploader::new(&ctx).expect("staging");
@@ -2318,6 +2319,7 @@ fn skinny_norm_between_products_matches_ref() {
         ),
         (QuantType::Q4K, 512, 768, 200, 16, NormFlavor::ZeroCentred),
         (QuantType::Q8_0, 576, 512, 130, 21, NormFlavor::Plain),
+        (QuantType::Q4_0, 544, 256, 333, 64, NormFlavor::ZeroCentred),
     ];
     let eps = 1e-5;
     let mut up = Uploader::new(&ctx).expect("staging");

@@ -10,7 +10,7 @@
 //! - [`tiled`]: tiles through shared memory (portable prompts);
 //! - [`rows`]: one invocation per row with uniform loads (CPU devices);
 //! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them);
-//! - [`skinny`]: cooperative-matrix products of 9-16 tokens (batched decode).
+//! - [`skinny`]: cooperative-matrix products of 9-64 tokens (batched decode).
 //!
 //! Weights split into row chunks get one dispatch per chunk. [`api`] holds
 //! the spec's `Linear` (dense or `Quant(Box<dyn QuantLinearOp>)`), a layer

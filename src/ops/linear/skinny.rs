@@ -1,5 +1,5 @@
 //! The skinny family (`glsl/matmul_skinny.comp`): cooperative-matrix
-//! products of 9-16 tokens (batched decode), each subgroup streaming its
+//! products of 9-64 tokens (batched decode), each subgroup streaming its
 //! own chunks of K through its own staging area without workgroup
 //! barriers. Besides the cooperative epilogue (rope, gated activation) it
 //! takes f16 activations as they are, writes the gated output as f16, and
@@ -17,8 +17,13 @@ use crate::ops::rms_norm::NormFlavor;
 use crate::quant::WeightChunk;
 
 /// Most tokens the cooperative-matrix products stream through
-/// `matmul_skinny.comp` (one 16-token block per workgroup).
-pub const SKINNY_MAX_TOKENS: usize = 16;
+/// `matmul_skinny.comp` (one 16-token block per workgroup). Up to 64 its
+/// streaming tiles beat the tiled kernel's, whose few row tiles leave most
+/// of a big GPU idle at these token counts: on the H200, llama-1b at 64
+/// tokens, Q/K/V 28.5 against 59.2 µs, output 21.0 against 54.5, gate/up
+/// 97.8 against 63.4, down 59.4 against 217 (`combs kernel-bench --preset
+/// llama-1b --tokens 64 --coop-tiles ... --x-f16`); at 128 they are even.
+pub const SKINNY_MAX_TOKENS: usize = 64;
 
 /// Records one chunk's product on the skinny kernel.
 ///
