@@ -744,3 +744,18 @@ fn resampling_refuses_nan_and_huge_samples() {
     let out = combs::audio::resample(&loud, 44_100, 16_000).expect("loud audio resamples");
     assert!(out.iter().all(|v| v.is_finite()));
 }
+
+/// Files fuzzing found (`tests/fixtures/fuzz/`): each decodes or fails with
+/// an error, never panics. `audio-riff-shift-overflow.wav` made
+/// symphonia-format-riff 0.6.1 overflow a shift, a panic under the fuzz
+/// build's overflow checks (a silent wrap in release); `decode_bytes` turns
+/// a decoder's panic into an error either way.
+#[test]
+fn fuzz_found_audio_files_are_errors_not_panics() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    for name in ["audio-riff-shift-overflow.wav"] {
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = std::panic::catch_unwind(|| decode_bytes(&bytes).map(|a| a.samples.len()));
+        assert!(r.is_ok(), "{name}: the decoder's panic escaped");
+    }
+}

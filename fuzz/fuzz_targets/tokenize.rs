@@ -48,26 +48,29 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let n = tok.n_vocab() as u32;
     assert!(ids.iter().all(|&t| t < n), "ids inside the vocabulary");
     if !add_special && !parse_special && !text.contains('\u{2581}') {
-        let back = tok.decode(&ids);
+        let bytes = tok.decode_bytes(&ids, false);
         if spm {
-            assert_eq!(back, text, "round trip");
+            assert_eq!(tok.decode(&ids), text, "round trip");
         } else {
             assert!(
-                is_subsequence(back.as_bytes(), text.as_bytes()),
-                "{back:?} from {text:?}"
+                is_subsequence(&bytes, text.as_bytes()),
+                "{bytes:?} from {text:?}"
             );
         }
-        // Streaming piece by piece gives the same text as decoding at once.
-        let mut stream = StreamDecoder::new();
-        let mut streamed = String::new();
-        for &t in &ids {
-            let piece = tok
-                .token_to_piece(t)
-                .expect("a piece for an id in the vocabulary");
-            streamed.push_str(&stream.push(&piece));
+        // Dropped bytes can leave a character cut: only whole text streams.
+        if let Ok(back) = std::str::from_utf8(&bytes) {
+            // Streaming piece by piece gives the same text as decoding at once.
+            let mut stream = StreamDecoder::new();
+            let mut streamed = String::new();
+            for &t in &ids {
+                let piece = tok
+                    .token_to_piece(t)
+                    .expect("a piece for an id in the vocabulary");
+                streamed.push_str(&stream.push(&piece));
+            }
+            streamed.push_str(&stream.flush());
+            assert_eq!(streamed, back, "streamed decode");
         }
-        streamed.push_str(&stream.flush());
-        assert_eq!(streamed, back, "streamed decode");
     }
     // Arbitrary ids: pieces or errors, never a panic.
     let raw: Vec<u32> = rest

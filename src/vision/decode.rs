@@ -69,6 +69,18 @@ pub fn decode_image(bytes: &[u8]) -> Result<RgbImage> {
         // failing (PIL raises "image file is truncated"): refuse it here.
         check_jpeg_complete(bytes).map_err(|reason| format_error("JPEG", reason))?;
     }
+    // The decoders are another crate's parsers of untrusted headers; a
+    // panic in one (as fuzzing found in the audio decoders) fails this
+    // image, not the caller.
+    std::panic::catch_unwind(|| decode_as(bytes, format)).unwrap_or_else(|_| {
+        Err(format_error(
+            format,
+            "the decoder failed on this file (a malformed header)",
+        ))
+    })
+}
+
+fn decode_as(bytes: &[u8], format: &'static str) -> Result<RgbImage> {
     let mut reader = ImageReader::new(Cursor::new(bytes));
     reader.set_format(if format == "PNG" {
         ImageFormat::Png
