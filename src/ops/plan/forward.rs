@@ -20,7 +20,7 @@ use crate::ops::attention::{
 use crate::ops::backend::{CopyCall, GetRowsCall, Kernels};
 use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::kv_store::{KvAttention, LayerCall};
-use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums};
+use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums, matvec_q8};
 use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall};
 use crate::ops::rope::{Rope, RopeCall};
 use crate::ops::{AnyMat, Mat};
@@ -407,8 +407,16 @@ impl<'r, 'a> Forward<'r, 'a> {
     }
 
     /// Records one product on the kernel the plan picks for its input,
-    /// rounding an f32 input first under llama.cpp numerics.
+    /// rounding an f32 input first under llama.cpp numerics (or quantizing
+    /// it for the integer matvec where the plan says so).
     fn product(&mut self, w: &Linear, input: Input<'_>, output: Output<'_>) -> Result<()> {
+        if let Input::F32(_) = input
+            && self.plan.int_dot_for(w.weight.qtype())
+        {
+            // The plan holds integer paths only for Vulkan recordings.
+            let call = LinearCall::new(&w.weight, w.bias.as_ref(), input, output);
+            return matvec_q8::record_quantized(self.rec, &call, &self.ws.xq);
+        }
         let input = match input {
             Input::F32(x) => {
                 let mode = self.plan.numerics().rounding_for(w.weight.qtype());
