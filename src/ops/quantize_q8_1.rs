@@ -212,3 +212,24 @@ pub fn unpack_row_q8_1(words: &[u32], cols: usize) -> Vec<BlockQ8_1> {
         })
         .collect()
 }
+
+/// The words of one token's row of `blocks` as the kernel lays them out
+/// (without the padding to 4 words): the inverse of [`unpack_row_q8_1`].
+pub fn pack_row_q8_1(blocks: &[BlockQ8_1]) -> Vec<u32> {
+    let mut words: Vec<u32> = blocks
+        .iter()
+        .flat_map(|b| {
+            b.qs.chunks(4).map(|q| {
+                q.iter()
+                    .enumerate()
+                    .fold(0u32, |w, (i, &v)| w | (u32::from(v as u8) << (8 * i)))
+            })
+        })
+        .collect();
+    words.extend(
+        blocks
+            .iter()
+            .map(|b| u32::from(b.d.to_bits()) | (u32::from(b.sum as i16 as u16) << 16)),
+    );
+    words
+}
