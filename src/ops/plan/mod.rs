@@ -256,6 +256,12 @@ impl Plan {
         self.f16_activations && cols.is_multiple_of(4)
     }
 
+    /// Whether the integer path's quantizer takes the RMS norm of its
+    /// products' input (where all of them take the integer path).
+    pub fn quantizer_folds_norm(&self) -> bool {
+        self.int_dot && self.planner.fusion == Fusion::On
+    }
+
     /// Whether a product of a weight of type `t` takes the integer path.
     pub fn int_dot_for(&self, t: crate::quant::QuantType) -> bool {
         self.int_dot && super::linear::matvec_q8::supports(t)
