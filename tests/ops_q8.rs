@@ -494,3 +494,32 @@ fn model_int_dot_matches_act_round() {
         "only {clean} of {total} models without a rounding flip"
     );
 }
+
+/// The plan takes the integer path only under llama.cpp numerics, on the
+/// Vulkan kernels, for decode-sized calls, and as `IntDot` asks.
+#[test]
+fn plan_int_dot_only_for_llama_cpp_decode() {
+    use combs::ops::plan::{Backend, Planner};
+    let ctx = int_dot_device();
+    let planner = |numerics, int_dot| Planner {
+        numerics,
+        int_dot,
+        plan_as: Some(DeviceClass::Gpu),
+        backend: Some(Backend::Vulkan),
+        ..Planner::default()
+    };
+    let on = planner(Numerics::LlamaCppCpu, IntDot::On);
+    assert!(on.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0));
+    assert!(on.plan(&ctx, 8, true).int_dot_for(QuantType::Q8_0));
+    assert!(!on.plan(&ctx, 1, true).int_dot_for(QuantType::Q4K));
+    assert!(!on.plan(&ctx, 9, false).int_dot_for(QuantType::Q4_0));
+    let exact = planner(Numerics::Exact, IntDot::On);
+    assert!(!exact.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0));
+    let off = planner(Numerics::LlamaCppCpu, IntDot::Off);
+    assert!(!off.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0));
+    let auto = planner(Numerics::LlamaCppCpu, IntDot::Auto);
+    assert_eq!(
+        auto.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0),
+        ctx.caps().int_dot_accelerated
+    );
+}

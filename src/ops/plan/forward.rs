@@ -422,9 +422,13 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// rounding an f32 input first under llama.cpp numerics (or quantizing
     /// it for the integer matvec where the plan says so).
     fn product(&mut self, w: &Linear, input: Input<'_>, output: Output<'_>) -> Result<()> {
-        if matches!(input, Input::F32(_) | Input::Normed { .. })
-            && self.plan.int_dot_for(w.weight.qtype())
-        {
+        // The quantizer reads x four floats at a time.
+        let int_input = match input {
+            Input::F32(x) => x.aligned4(),
+            Input::Normed { .. } => true,
+            Input::F16(_) | Input::NormedBySquares { .. } => false,
+        };
+        if int_input && self.plan.int_dot_for(w.weight.qtype()) {
             // The plan holds integer paths only for Vulkan recordings.
             let call = LinearCall::new(&w.weight, w.bias.as_ref(), input, output);
             return matvec_q8::record_quantized(self.rec, &call, &self.ws.xq);

@@ -11,9 +11,11 @@
 //! products through sums of squares (batched decode on cooperative-matrix
 //! GPUs), the rope and the gated activation into the products' stores, the
 //! K/V store into the decode attention kernel, f16 activations between the
-//! skinny products. [`Fusion::Off`] (or `COMBS_DISABLE_FUSION=1`, as
-//! llama.cpp's `GGML_VK_DISABLE_FUSION`) records every step as a dispatch
-//! of its own, for debugging and for tests comparing the two.
+//! skinny products, the RMS norm into the quantizer of the integer decode
+//! path (llama.cpp numerics, [`IntDot`]). [`Fusion::Off`] (or
+//! `COMBS_DISABLE_FUSION=1`, as llama.cpp's `GGML_VK_DISABLE_FUSION`)
+//! records every step as a dispatch of its own, for debugging and for tests
+//! comparing the two.
 
 mod block;
 mod forward;
