@@ -364,6 +364,37 @@ fn matvec_q8_several_tokens_match_ref() {
     }
 }
 
+/// Random sizes and layouts: rows, units, tokens, row groups, rows per
+/// group, column slices, units in flight, workgroup size, epilogue.
+#[test]
+fn matvec_q8_random_shapes_match_ref() {
+    let mut rng = Rng::fresh("matvec_q8_random");
+    for _ in 0..8 {
+        let t = [QuantType::Q4_0, QuantType::Q8_0][rng.below(2)];
+        let wg = [64, 128, 256][rng.below(3)];
+        let tpr = [4, 8, 16, 32, 64][rng.below(5)];
+        let ks = [1, 2, 4][rng.below(3)];
+        let ks = if tpr * ks > wg { 1 } else { ks };
+        let shape = mv(
+            tpr,
+            1 + rng.below(4) as u32,
+            ks,
+            1 + rng.below(3) as u32,
+            wg,
+        );
+        let rows = 2 * (1 + rng.below(100));
+        let cols = 32 * (1 + rng.below(90));
+        let n = 1 + rng.below(4);
+        let epi = match rng.below(4) {
+            0 => Epilogue::Store,
+            1 => Epilogue::Bias,
+            2 => Epilogue::Accumulate,
+            _ => Epilogue::Glu(Activation::Silu),
+        };
+        check_matvec_q8(t, rows, cols, n, epi, shape);
+    }
+}
+
 /// The quantizer and the matvec recorded together (`record_quantized`), the
 /// norm folded into the quantizer, against the f32 matvec on the CPU: the
 /// integer path's whole error is llama.cpp's rounding of x.
