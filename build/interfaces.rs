@@ -224,6 +224,34 @@ pub fn interfaces() -> Vec<Interface> {
     ));
     matvec_flags.extend(fold_flags());
 
+    let matvec_q8_fields: Vec<Item> = vec![
+        u("k", "Columns (a multiple of 32).").into(),
+        u("m", "Rows in this chunk of the weight.").into(),
+        u("nb", "Blocks in this chunk.").into(),
+        u("row_offset", "Output index of the chunk's first row.").into(),
+        u(
+            "x_offset",
+            "Word index of token 0's quantized row (a multiple of 4).",
+        )
+        .into(),
+        u("d_offset", "Output index of row 0 of the whole weight.").into(),
+        u("flags", "Flag bits (the associated constants).").into(),
+        rope_fields(),
+        u("n_tok", "Tokens (workgroups interleave them).").into(),
+        u(
+            "ld_x",
+            "Words between tokens' quantized rows (a multiple of 4).",
+        )
+        .into(),
+        u("ld_d", "Floats between tokens of d.").into(),
+    ];
+    let mut matvec_q8_flags = store_flags();
+    matvec_q8_flags.extend(
+        fold_flags()
+            .into_iter()
+            .filter(|f| f.name != "NORM_ZERO_CENTRED"),
+    );
+
     let mut coop_fields = linear_base();
     coop_fields.push(rope_fields());
     let mut coop_flags = store_flags();
@@ -274,6 +302,38 @@ pub fn interfaces() -> Vec<Interface> {
             glsl_prefix: "LINEAR",
             fields: matvec_fields,
             flags: matvec_flags,
+        },
+        Interface {
+            family: "matvec_q8",
+            rust: "MatvecQ8Params",
+            doc: "`glsl/matvec_q8.comp`: integer dot products of Q4_0 / Q8_0 weights with 8-bit x.",
+            glsl_prefix: "LINEAR",
+            fields: matvec_q8_fields,
+            flags: matvec_q8_flags,
+        },
+        Interface {
+            family: "quantize_q8_1",
+            rust: "QuantizeQ81Params",
+            doc: "`glsl/quantize_q8_1.comp`: token rows to 8-bit blocks for `matvec_q8.comp`.",
+            glsl_prefix: "QUANTIZE",
+            fields: items(vec![
+                u("k", "Floats per token row (a multiple of 32)."),
+                u("n_tokens", "Tokens."),
+                u("ld_x", "vec4s between tokens of x."),
+                u("x_offset", "vec4 index of x's token 0."),
+                u("ld_d", "Words between tokens of the output."),
+                u("d_offset", "Word index of the output's token 0."),
+                u("flags", "Flag bits (the associated constants)."),
+                f("eps", "Epsilon of the folded RMS norm."),
+            ]),
+            flags: vec![
+                flag(
+                    "NORM",
+                    1,
+                    "x is the raw residual: quantize x / rms(x) * w (an RMS norm folded in).",
+                ),
+                flag("NORM_ZERO_CENTRED", 2, "The folded norm scales by (1 + w)."),
+            ],
         },
         Interface {
             family: "tiled",

@@ -166,6 +166,15 @@ pub fn kernels() -> Vec<KernelDef> {
         "matvec.comp",
         &[("DATA_A_Q4_K", "1"), ("Q4K_UNIT32", "1")],
     ));
+    // Integer dot products of Q4_0 / Q8_0 weights with x quantized to 8-bit
+    // blocks (SPIR-V 1.6: DotProduct is core there).
+    for (t, d) in [("q4_0", "DATA_A_Q4_0"), ("q8_0", "DATA_A_Q8_0")] {
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(format!("matvec_{t}_q8_1"), "matvec_q8.comp", &[(d, "1")])
+        });
+    }
+    k.push(def("quantize_q8_1_f32", "quantize_q8_1.comp", &[]));
     k.push(def("rms_norm_f32", "rms_norm.comp", &[]));
     k.push(def(
         "rms_norm_f32_f16",

@@ -70,6 +70,9 @@ pub struct DeviceCaps {
     pub storage_16bit: bool,
     /// int8 arithmetic in shaders (`shaderInt8`).
     pub shader_int8: bool,
+    /// Integer dot products in shaders (`shaderIntegerDotProduct`, Vulkan 1.3):
+    /// the integer matvec (`matvec_q8.comp`) can run, fast or not.
+    pub int_dot: bool,
     /// Accelerated packed 4x8-bit signed dot product (`VK_KHR_shader_integer_dot_product`).
     pub int_dot_accelerated: bool,
     /// f16×f16→f32 cooperative matrix shapes (subgroup scope); empty without the extension.

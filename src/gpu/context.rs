@@ -276,6 +276,7 @@ fn read_caps(
         shader_float16: f12.shader_float16 == vk::TRUE,
         storage_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
         shader_int8: f12.shader_int8 == vk::TRUE,
+        int_dot: api_version >= vk::API_VERSION_1_3 && f13.shader_integer_dot_product == vk::TRUE,
         int_dot_accelerated,
         coop_mat_f16,
         timestamp_period_ns,
@@ -476,7 +477,8 @@ impl GpuContext {
             .shader_int8(caps.shader_int8);
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
             .subgroup_size_control(caps.subgroup_size_control)
-            .compute_full_subgroups(caps.subgroup_size_control);
+            .compute_full_subgroups(caps.subgroup_size_control)
+            .shader_integer_dot_product(caps.int_dot);
         let mut coop_feat =
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut features = vk::PhysicalDeviceFeatures2::default()

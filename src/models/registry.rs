@@ -11,7 +11,7 @@ use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::formats::hf::{HfDir, is_hf_dir};
 use crate::gpu::{DeviceClass, GpuContext};
-use crate::ops::plan::{Backend, Fusion, Planner};
+use crate::ops::plan::{Backend, Fusion, IntDot, Planner};
 use crate::quant::quantized_linear::LoadQuant;
 use std::path::Path;
 
@@ -38,6 +38,9 @@ pub struct LoadOptions {
     /// Convert the weights while loading (`--quant`): Q4_1 matrices, or
     /// all matrices in f16 / bf16 (`None`: as stored).
     pub quant: Option<LoadQuant>,
+    /// Whether decode products of Q4_0 / Q8_0 weights take the integer
+    /// path under llama.cpp numerics (see [`IntDot`]).
+    pub int_dot: IntDot,
 }
 
 impl LoadOptions {
@@ -51,6 +54,7 @@ impl LoadOptions {
             },
             plan_as: self.plan_as,
             backend: self.backend,
+            int_dot: self.int_dot,
         }
     }
 

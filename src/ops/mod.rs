@@ -19,6 +19,7 @@ pub mod linear;
 pub mod mat;
 pub mod params;
 pub mod plan;
+pub mod quantize_q8_1;
 pub mod rms_norm;
 pub mod rope;
 pub mod softcap;

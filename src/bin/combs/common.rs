@@ -9,7 +9,7 @@ use combs::ModelError;
 use combs::gpu::GpuContext;
 use combs::models::LoadOptions;
 use combs::ops::act_round::Numerics;
-use combs::ops::plan::{Backend, Fusion};
+use combs::ops::plan::{Backend, Fusion, IntDot};
 use combs::quant::quantized_linear::LoadQuant;
 use combs::runtime::Model;
 use combs::runtime::model::default_model_path;
@@ -40,6 +40,12 @@ pub struct ModelArgs {
     /// K/V store folded into another kernel; as COMBS_DISABLE_FUSION=1).
     #[arg(long)]
     pub no_fusion: bool,
+    /// Under `--numerics llama.cpp`, decode products of Q4_0 / Q8_0 weights
+    /// quantize their input to 8-bit blocks and multiply with integer dot
+    /// products: `auto` (where the device reports them accelerated), `on`
+    /// (wherever it runs them) or `off` (act_round and the f32 matvec).
+    #[arg(long, value_name = "auto|on|off", default_value = "auto", value_parser = parse_int_dot)]
+    pub int_dot: IntDot,
     /// Convert the weights while loading: `q4` (4-bit groups of 32 with a
     /// scale and a minimum, GGUF Q4_1, as `llama-quantize … Q4_1`), `f16`
     /// or `bf16` (default: as stored).
@@ -84,6 +90,10 @@ impl KernelsArg {
     }
 }
 
+fn parse_int_dot(s: &str) -> Result<IntDot, String> {
+    IntDot::parse(s).map_err(|e| e.to_string())
+}
+
 fn parse_numerics(s: &str) -> Result<Numerics, String> {
     Numerics::parse(s).map_err(|e| e.to_string())
 }
@@ -120,6 +130,7 @@ impl ModelArgs {
             plan_as: None,
             backend: self.kernels.backend(),
             quant: self.quant,
+            int_dot: self.int_dot,
         }
     }
 

@@ -19,8 +19,10 @@ use combs::ops::attention::{
 };
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::{
-    CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums, record_linear,
+    CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums, matvec_q8,
+    record_linear,
 };
+use combs::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
 use combs::ops::rms_norm::{NormFlavor, NormWeight};
 use combs::ops::{AnyMat, Mat};
 use combs::quant::{QuantType, QuantWeight};
@@ -92,6 +94,14 @@ pub struct KernelBenchArgs {
     /// buffers of this many MiB; 0: none): the yardstick of the matvecs.
     #[arg(long, default_value_t = 0)]
     bandwidth: u64,
+    /// Also time the integer decode path of Q4_0 / Q8_0 weights (what
+    /// `--numerics llama.cpp` runs where the device has integer dot
+    /// products): `q8 …` rows are quantize_q8_1 + the integer matvec per
+    /// product (GB/s of weights over both), `q8mv …` the integer matvec
+    /// alone, `q8quant` the quantizer alone; in each `--shapes` layout
+    /// (staging flags ignored).
+    #[arg(long)]
+    q8: bool,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -555,6 +565,70 @@ fn matvec<'a>(
         .with_shape(shape)
 }
 
+/// The `--q8` rows of one matrix: quantize + integer matvec, the integer
+/// matvec alone, the quantizer alone.
+#[allow(clippy::too_many_arguments)]
+fn q8_rows(
+    ctx: &Arc<GpuContext>,
+    reps: usize,
+    m: &Matrix,
+    t: QuantType,
+    copies: &[QuantWeight],
+    x: &Arc<Buffer>,
+    y: &Arc<Buffer>,
+    shapes: &[Option<MatvecShape>],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if !matvec_q8::available(ctx) {
+        writeln!(
+            out,
+            "{:8} q8: no integer dot products on this device",
+            m.name
+        )?;
+        return Ok(());
+    }
+    let bytes = copies[0].device_bytes() as f64;
+    let xq = Buffer::new(
+        ctx,
+        matvec_q8::scratch_bytes(1, m.cols),
+        MemoryKind::Device,
+        "x q8_1",
+    )?;
+    let x32 = Mat::new(x, 1, m.cols);
+    let q8 = Q8Rows::new(&xq, 1, m.cols);
+    combs::gpu::run_once(ctx, |rec| record_quantize_q8_1(rec, x32, None, q8))?;
+    let us = time(ctx, reps, |rec, _| record_quantize_q8_1(rec, x32, None, q8))?;
+    // bytes of x read and written
+    let io = (4 * m.cols) as f64 + 4.0 * Q8Rows::row_words(m.cols) as f64;
+    print_row(out, m, t, "q8quant", us, io / us / 1e3)?;
+    for shape in shapes {
+        let s = shape
+            .map(|s| MatvecShape {
+                stage_x: false,
+                narrow: false,
+                ..s
+            })
+            .unwrap_or_else(|| matvec_q8::choose_shape(ctx, m.rows, m.cols));
+        let call = |w| {
+            let input = Input::F32(x32);
+            let output = Output::Store(Mat::new(y, 1, m.rows));
+            LinearCall::new(w, None, input, output).with_shape(Some(s))
+        };
+        let star = if shape.is_none() { "*" } else { "" };
+        let us = time(ctx, reps, |rec, i| {
+            matvec_q8::record_quantized(rec, &call(&copies[i % copies.len()]), &xq)
+        })?;
+        let label = format!("q8 {}{star}", shape_label(&s));
+        print_row(out, m, t, &label, us, bytes / us / 1e3)?;
+        let us = time(ctx, reps, |rec, i| {
+            matvec_q8::record_matvec_q8(rec, &call(&copies[i % copies.len()]), q8)
+        })?;
+        let label = format!("q8mv {}{star}", shape_label(&s));
+        print_row(out, m, t, &label, us, bytes / us / 1e3)?;
+    }
+    Ok(())
+}
+
 /// Runs `combs kernel-bench`.
 pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let ctx = GpuContext::new(args.device)?;
@@ -665,6 +739,9 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     if shape.is_none() { "*" } else { "" }
                 );
                 print_row(out, &m, t, &label, us, bytes / us / 1e3)?;
+            }
+            if args.q8 && matvec_q8::supports(t) {
+                q8_rows(&ctx, args.reps, &m, t, &copies, &x, &y, &shapes, out)?;
             }
             // Prompts need the head for their last token only.
             for &n in args

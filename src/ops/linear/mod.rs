@@ -7,6 +7,8 @@
 //! families live in their own files, each with its push constants:
 //!
 //! - [`matvec`]: one token (decode) or a few, a subgroup's lanes per row;
+//! - [`matvec_q8`]: the same with 8-bit activations and integer dot
+//!   products (Q4_0 / Q8_0 under llama.cpp numerics);
 //! - [`tiled`]: tiles through shared memory (portable prompts);
 //! - [`rows`]: one invocation per row with uniform loads (CPU devices);
 //! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them);
@@ -19,6 +21,7 @@
 pub mod api;
 pub mod coop;
 pub mod matvec;
+pub mod matvec_q8;
 pub mod rows;
 pub mod skinny;
 pub mod tiled;

@@ -57,6 +57,26 @@ pub enum Ffn<'a> {
     },
 }
 
+impl<'a> Qkv<'a> {
+    /// The weights reading the attention norm's output.
+    pub fn weights(&self) -> Vec<&'a Linear> {
+        match *self {
+            Qkv::Separate { q, k, v } => vec![q, k, v],
+            Qkv::Stacked(w) => vec![w],
+        }
+    }
+}
+
+impl<'a> Ffn<'a> {
+    /// The weights reading the FFN norm's output.
+    pub fn weights(&self) -> Vec<&'a Linear> {
+        match *self {
+            Ffn::Separate { gate, up, .. } => vec![gate, up],
+            Ffn::Stacked { gate_up, .. } | Ffn::Interleaved { gate_up, .. } => vec![gate_up],
+        }
+    }
+}
+
 /// Per-head RMS norms of the queries and keys (Qwen3, Gemma 3).
 #[derive(Clone, Copy)]
 pub struct QkNorm<'a> {

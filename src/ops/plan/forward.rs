@@ -20,7 +20,7 @@ use crate::ops::attention::{
 use crate::ops::backend::{CopyCall, GetRowsCall, Kernels};
 use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::kv_store::{KvAttention, LayerCall};
-use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums};
+use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums, matvec_q8};
 use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall};
 use crate::ops::rope::{Rope, RopeCall};
 use crate::ops::{AnyMat, Mat};
@@ -170,7 +170,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             inv_freq: b.rope.inv_freq,
             attn_factor: b.rope.attn_factor,
         };
-        let xa = self.normed(b.attn_norm)?;
+        let xa = self.normed(b.attn_norm, &b.qkv.weights())?;
         let (q, k, v, roped) = match b.qkv {
             Qkv::Separate { q, k, v } => {
                 let ws = self.ws;
@@ -271,7 +271,7 @@ impl<'r, 'a> Forward<'r, 'a> {
         self.kernels().attention(self.rec, &call)?;
         self.residual(b.attn_out, input_of(out), b.post_attn_norm)?;
 
-        let xf = self.normed(b.ffn_norm)?;
+        let xf = self.normed(b.ffn_norm, &b.ffn.weights())?;
         let hidden = self.ffn(b.ffn, xf)?;
         self.residual(b.ffn_out, hidden, b.post_ffn_norm)
     }
@@ -326,13 +326,15 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// The input of the products after the RMS norm `norm` of the residual:
     /// the residual with the norm folded into their matvecs, or into their
     /// skinny products from the sums of squares the last product wrote, or
-    /// the norm recorded into `ws.xn` (f16 where the products read f16).
-    fn normed<'b>(&mut self, norm: NormWeight<'b>) -> Result<Input<'b>>
+    /// the norm recorded into `ws.xn` (f16 where the products read f16),
+    /// or folded into the quantizer of the integer path where every one of
+    /// `consumers` takes it.
+    fn normed<'b>(&mut self, norm: NormWeight<'b>, consumers: &[&Linear]) -> Result<Input<'b>>
     where
         'a: 'b,
     {
         let x = self.x();
-        if self.plan.folds_norm(AnyMat::F32(x)) {
+        if self.plan.folds_norm(AnyMat::F32(x)) || self.int_dot_folds_norm(consumers) {
             return Ok(Input::Normed { x, norm });
         }
         if self.squares && self.plan.norm_in_products {
@@ -352,6 +354,16 @@ impl<'r, 'a> Forward<'r, 'a> {
         };
         self.kernels().rms_norm(self.rec, &call)?;
         Ok(input_of(out))
+    }
+
+    /// Whether the integer path's quantizer folds the norm read by
+    /// `consumers`: all of them take that path (the others would need the
+    /// norm on its own).
+    fn int_dot_folds_norm(&self, consumers: &[&Linear]) -> bool {
+        self.plan.quantizer_folds_norm()
+            && consumers
+                .iter()
+                .all(|w| self.plan.int_dot_for(w.weight.qtype()))
     }
 
     fn square_sums(&self) -> SquareSums<'a> {
@@ -407,8 +419,20 @@ impl<'r, 'a> Forward<'r, 'a> {
     }
 
     /// Records one product on the kernel the plan picks for its input,
-    /// rounding an f32 input first under llama.cpp numerics.
+    /// rounding an f32 input first under llama.cpp numerics (or quantizing
+    /// it for the integer matvec where the plan says so).
     fn product(&mut self, w: &Linear, input: Input<'_>, output: Output<'_>) -> Result<()> {
+        // The quantizer reads x four floats at a time.
+        let int_input = match input {
+            Input::F32(x) => x.aligned4(),
+            Input::Normed { .. } => true,
+            Input::F16(_) | Input::NormedBySquares { .. } => false,
+        };
+        if int_input && self.plan.int_dot_for(w.weight.qtype()) {
+            // The plan holds integer paths only for Vulkan recordings.
+            let call = LinearCall::new(&w.weight, w.bias.as_ref(), input, output);
+            return matvec_q8::record_quantized(self.rec, &call, &self.ws.xq);
+        }
         let input = match input {
             Input::F32(x) => {
                 let mode = self.plan.numerics().rounding_for(w.weight.qtype());
@@ -454,19 +478,20 @@ impl<'r, 'a> Forward<'r, 'a> {
         }
         let x = Mat::new(&ws.x, ws.max_tokens, n_embd).rows_at(first, n);
         let logits = Mat::new(&ws.logits, ws.max_logit_rows, n_vocab).rows_at(out_row, n);
-        let input = if self.plan.folds_norm(AnyMat::F32(x)) {
-            Input::Normed { x, norm: head.norm }
-        } else {
-            let out = self.act(&ws.xn, n_embd, self.plan.f16_for(n_embd));
-            let call = RmsNormCall {
-                x,
-                norm: head.norm.norm(),
-                out: NormOut::Store(out),
-                head_dim: None,
+        let input =
+            if self.plan.folds_norm(AnyMat::F32(x)) || self.int_dot_folds_norm(&[head.weight]) {
+                Input::Normed { x, norm: head.norm }
+            } else {
+                let out = self.act(&ws.xn, n_embd, self.plan.f16_for(n_embd));
+                let call = RmsNormCall {
+                    x,
+                    norm: head.norm.norm(),
+                    out: NormOut::Store(out),
+                    head_dim: None,
+                };
+                self.kernels().rms_norm(self.rec, &call)?;
+                input_of(out)
             };
-            self.kernels().rms_norm(self.rec, &call)?;
-            input_of(out)
-        };
         self.product(head.weight, input, Output::Store(logits))?;
         if head.softcap > 0.0 {
             self.kernels().softcap(self.rec, logits, head.softcap)?;

@@ -11,9 +11,11 @@
 //! products through sums of squares (batched decode on cooperative-matrix
 //! GPUs), the rope and the gated activation into the products' stores, the
 //! K/V store into the decode attention kernel, f16 activations between the
-//! skinny products. [`Fusion::Off`] (or `COMBS_DISABLE_FUSION=1`, as
-//! llama.cpp's `GGML_VK_DISABLE_FUSION`) records every step as a dispatch
-//! of its own, for debugging and for tests comparing the two.
+//! skinny products, the RMS norm into the quantizer of the integer decode
+//! path (llama.cpp numerics, [`IntDot`]). [`Fusion::Off`] (or
+//! `COMBS_DISABLE_FUSION=1`, as llama.cpp's `GGML_VK_DISABLE_FUSION`)
+//! records every step as a dispatch of its own, for debugging and for tests
+//! comparing the two.
 
 mod block;
 mod forward;
@@ -59,6 +61,51 @@ impl Fusion {
     }
 }
 
+/// Whether decode products of Q4_0 / Q8_0 weights under
+/// [`Numerics::LlamaCppCpu`] quantize their input to 8-bit blocks and run
+/// the integer matvec ([`super::linear::matvec_q8`]) instead of `act_round`
+/// and the f32 matvec: the same value up to f32 summation order, with about
+/// a sixth of the ALU work per weight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IntDot {
+    /// Where the device reports accelerated 4x8-bit dot products.
+    #[default]
+    Auto,
+    /// Wherever the device runs integer dot products at all (lavapipe too:
+    /// tests, and measuring against the f32 path).
+    On,
+    /// Never.
+    Off,
+}
+
+impl IntDot {
+    /// Parses `auto`, `on` or `off`.
+    ///
+    /// # Errors
+    /// Any other name.
+    pub fn parse(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(IntDot::Auto),
+            "on" | "1" | "true" => Ok(IntDot::On),
+            "off" | "0" | "false" => Ok(IntDot::Off),
+            other => Err(crate::ModelError::invalid(
+                "int-dot",
+                format!("{other:?}: expected \"auto\", \"on\" or \"off\""),
+            )),
+        }
+    }
+
+    /// Whether the integer path runs on `ctx` by this setting.
+    pub fn enabled(self, ctx: &GpuContext) -> bool {
+        let caps = ctx.caps();
+        match self {
+            IntDot::Auto => caps.int_dot && caps.int_dot_accelerated,
+            IntDot::On => caps.int_dot,
+            IntDot::Off => false,
+        }
+    }
+}
+
 /// The planner's settings for one model.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Planner {
@@ -74,6 +121,8 @@ pub struct Planner {
     /// The kernels to record with (`None`: the host's native kernels on CPU
     /// devices, Vulkan elsewhere).
     pub backend: Option<Backend>,
+    /// Whether decode products take the integer path under llama.cpp numerics.
+    pub int_dot: IntDot,
 }
 
 /// Where the planned steps run.
@@ -121,6 +170,10 @@ impl Planner {
             // scale: only decode steps fold the norm from sums of squares.
             norm_in_products: f16 && one,
             store_in_attention: fuse && one && (!cpu || !vulkan),
+            int_dot: !exact
+                && vulkan
+                && (1..=MATVEC_MAX_TOKENS).contains(&n_tokens)
+                && self.int_dot.enabled(ctx),
         }
     }
 
@@ -153,6 +206,9 @@ pub struct Plan {
     pub norm_in_products: bool,
     /// The decode attention kernel stores the new K/V rows itself.
     pub store_in_attention: bool,
+    /// Products of Q4_0 / Q8_0 weights quantize their input and run the
+    /// integer matvec ([`IntDot`]).
+    pub int_dot: bool,
 }
 
 impl Plan {
@@ -200,6 +256,17 @@ impl Plan {
     /// writes them as f16 (the products read them four at a time).
     pub fn f16_for(&self, cols: usize) -> bool {
         self.f16_activations && cols.is_multiple_of(4)
+    }
+
+    /// Whether the integer path's quantizer takes the RMS norm of its
+    /// products' input (where all of them take the integer path).
+    pub fn quantizer_folds_norm(&self) -> bool {
+        self.int_dot && self.planner.fusion == Fusion::On
+    }
+
+    /// Whether a product of a weight of type `t` takes the integer path.
+    pub fn int_dot_for(&self, t: crate::quant::QuantType) -> bool {
+        self.int_dot && super::linear::matvec_q8::supports(t)
     }
 
     /// How products treat their inputs.

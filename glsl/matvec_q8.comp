@@ -1,0 +1,197 @@
+#version 450
+// matvec_q8: d[row] = A[row, :] . x for one token (decode) or a few, with x
+// already quantized to 8-bit blocks (quantize_q8_1.comp) and Q4_0 / Q8_0
+// weights multiplied in integers: packed 4x8-bit dot products (dp4a, 4
+// multiply-adds per instruction) instead of matvec.comp's dequantization to
+// f32 (~150 ALU operations per 32 weights, the bound of that kernel on the
+// H200). Per 32-column unit, as ggml-cpu's vec_dot_q4_0_q8_0 / q8_0_q8_0:
+//   sumi = sum(qw * qx) (Q4_0: - 8 * sum(qx)), exact in int32;
+//   value = float(sumi) * d_w * d_x.
+// So the result is llama.cpp's CPU dot product up to f32 summation order.
+//
+// The layout is matvec.comp's (see its header): row groups of TPR lanes
+// sharing NR rows (one load of x per unit for all NR rows), KS column
+// slices, UN units in flight, a subgroup reduction; x is 36 bytes per unit,
+// read through cache without staging.
+//
+// x (binding 1, words): token t's row at x_offset + t * ld_x (multiples of
+// 4, for uvec4 loads): K/32 units of 8 words of int8, then K/32 words of
+// (f16 d, int16 sum(q)).
+//
+// Optional, by p.flags (iface/matvec_q8.glsl): LINEAR_ACCUMULATE,
+// LINEAR_BIAS, LINEAR_GLU (+ LINEAR_GELU), LINEAR_ROPE, as matvec.comp.
+
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_integer_dot_product : require
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_shuffle : enable
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint SUBGROUP = 32; // 1: unknown, reduce through shared memory
+layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, a power of two
+layout(constant_id = 3) const uint NR = 1;        // rows per row group
+layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one per lane set
+layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
+
+layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+layout(binding = 1) readonly buffer X { uint data_xw[]; };
+layout(binding = 1) readonly buffer X4 { uvec4 data_x4[]; };
+layout(binding = 2) buffer D { float data_d[]; };
+layout(binding = 3) readonly buffer B { float data_bias[]; };
+layout(binding = 4) readonly buffer P { int data_pos[]; };
+layout(binding = 5) readonly buffer F { float inv_freq[]; };
+
+#include "iface/matvec_q8.glsl"
+
+#include "common/dequant.glsl"
+#include "common/linear_out.glsl"
+#include "common/act.glsl"
+#include "common/rope.glsl"
+
+#if !defined(DATA_A_Q4_0) && !defined(DATA_A_Q8_0)
+#error "matvec_q8 takes Q4_0 or Q8_0 weights"
+#endif
+
+// sumi * d_w of unit u of row `row` against x's quants (xa: columns 0..15,
+// xb: 16..31) and their sum sx.
+float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, const int sx) {
+    const uint ib = row * units + u;
+#if defined(DATA_A_Q4_0)
+    // Byte j holds column j (low nibble) and j + 16 (high): the low nibbles
+    // of word i meet x's word i, the high ones word i + 4. Nibbles 0..15
+    // are non-negative int8s, so the signed dot product takes them as they are.
+    const uvec4 q = data_a4[ib];
+    int s = 0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dotPacked4x8EXT(int(q[i] & 0x0F0F0F0Fu), int(xa[i]));
+        s += dotPacked4x8EXT(int((q[i] >> 4) & 0x0F0F0F0Fu), int(xb[i]));
+    }
+    s -= 8 * sx;
+#else
+    const uvec4 q0 = data_a4[2u * ib];
+    const uvec4 q1 = data_a4[2u * ib + 1u];
+    int s = 0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dotPacked4x8EXT(int(q0[i]), int(xa[i]));
+        s += dotPacked4x8EXT(int(q1[i]), int(xb[i]));
+    }
+#endif
+    return float(s) * a_scale(p.nb, ib, 0u);
+}
+
+// Shuffles reduce within runs of SG lanes; wider row groups go through shared memory.
+const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
+shared float red[gl_WorkGroupSize.x * NR];
+
+void main() {
+    const uint RG = gl_WorkGroupSize.x / (TPR * KS);
+    const uint rows_per_wg = RG * NR;
+    const uint wgl = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint tok = wgl % p.n_tok;
+    const uint wg = wgl / p.n_tok;
+    const uint xq = p.x_offset + tok * p.ld_x;
+    const uint d_off = p.d_offset + tok * p.ld_d;
+    const uint lid = gl_LocalInvocationID.x;
+    const uint lane = lid % TPR;
+    const uint rg = (lid / TPR) % RG;
+    const uint slice = lid / (TPR * RG);
+    const uint row0 = wg * rows_per_wg + rg * NR;
+    const uint units = p.k / 32u;
+    const uint xsc = xq + 8u * units;
+    const uint per_slice = (units + KS - 1u) / KS;
+    const uint u_lo = slice * per_slice;
+    const uint u_hi = min(units, u_lo + per_slice);
+
+    float acc[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        acc[r] = 0.0;
+    }
+    if (row0 < p.m) {
+        for (uint u0 = u_lo + lane; u0 < u_hi; u0 += TPR * UN) {
+            [[unroll]] for (uint i = 0u; i < UN; i++) {
+                // Past the slice: a duplicate of a live unit, weighted 0, so the
+                // loads of all UN units go out together.
+                const bool live = u0 + i * TPR < u_hi;
+                const uint u = live ? u0 + i * TPR : u0;
+                const uvec4 xa = data_x4[xq / 4u + 2u * u];
+                const uvec4 xb = data_x4[xq / 4u + 2u * u + 1u];
+                const uint xw = data_xw[xsc + u];
+                const float dx = unpackHalf2x16(xw).x;
+                const int sx = int(xw) >> 16;
+                // No branch per row (rows past the chunk read its last row and
+                // are never stored): the loads of all NR rows go out together.
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    const float v = unit_dot(min(row0 + r, p.m - 1u), u, units, xa, xb, sx) * dx;
+                    acc[r] += live ? v : 0.0;
+                }
+            }
+        }
+    }
+
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        [[unroll]] for (uint off = SG / 2u; off > 0u; off >>= 1) {
+            acc[r] += subgroupShuffleXor(acc[r], off);
+        }
+    }
+    if (TPR > SG || KS > 1u) {
+        // One partial per run of SG lanes of each slice, in the row group's
+        // PARTS consecutive slots; the group's first lane of slice 0 sums them.
+        const uint runs = TPR / SG;
+        const uint parts = runs * KS;
+        if (lid % SG == 0u) {
+            const uint slot = rg * parts + slice * runs + lane / SG;
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                red[slot * NR + r] = acc[r];
+            }
+        }
+        barrier();
+        if (lane == 0u && slice == 0u) {
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                float t = 0.0;
+                for (uint i = 0u; i < parts; i++) {
+                    t += red[(rg * parts + i) * NR + r];
+                }
+                acc[r] = t;
+            }
+        }
+    }
+    if (lane != 0u || slice != 0u) {
+        return;
+    }
+    float v[NR];
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        v[r] = with_bias(row0 + r, acc[r]);
+    }
+    if ((p.flags & LINEAR_ROPE) != 0u) {
+        // The rope kernel's arithmetic, on the values it would have read.
+        [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
+            const uint o = p.row_offset + row0 + r;
+            const uint i = o % p.head_dim;
+            if (row0 + r + 1u < p.m && o < p.rope_rows && i < p.n_rot) {
+                const vec2 rot = rope_pair(v[r], v[r + 1u], data_pos[tok], inv_freq[i / 2u],
+                                           p.attn_factor);
+                v[r] = rot.x;
+                v[r + 1u] = rot.y;
+            }
+        }
+    }
+    if ((p.flags & LINEAR_GLU) != 0u) {
+        [[unroll]] for (uint r = 0u; r + 1u < NR; r += 2u) {
+            const uint row = row0 + r;
+            if (row + 1u < p.m) {
+                const float g = v[r];
+                const float a = (p.flags & LINEAR_GELU) != 0u ? act_gelu_tanh(g) : act_silu(g);
+                data_d[d_off + (p.row_offset + row) / 2u] = a * v[r + 1u];
+            }
+        }
+        return;
+    }
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        const uint row = row0 + r;
+        if (row < p.m) {
+            store_result(d_off + p.row_offset + row, v[r]);
+        }
+    }
+}

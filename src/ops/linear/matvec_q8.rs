@@ -1,0 +1,256 @@
+//! The integer matvec family (`glsl/matvec_q8.comp`): decode products of
+//! Q4_0 / Q8_0 weights with activations quantized to 8-bit blocks
+//! ([`crate::ops::quantize_q8_1`]), multiplied with packed 4x8-bit integer
+//! dot products as llama.cpp's CUDA and Vulkan backends do (`mul_mat_vec_q`,
+//! dp4a). Its value is ggml-cpu's `vec_dot_q4_0_q8_0` / `vec_dot_q8_0_q8_0`
+//! up to f32 summation order, so it replaces `act_round` + the f32 matvec
+//! under [`crate::ops::act_round::Numerics::LlamaCppCpu`]. The layout is
+//! the f32 matvec's ([`MatvecShape`]: row groups, rows per group, column
+//! slices, units in flight) without staging x, which at 36 bytes per 32
+//! columns is read through cache; it folds the same epilogues (bias,
+//! accumulation, gated rows, rope rows) and the quantizer folds the norm.
+
+use std::sync::Arc;
+
+use super::coop::rope_fold;
+use super::{Input, LinearCall, MATVEC_MAX_TOKENS, MatvecShape, Output, unsupported};
+use crate::error::{ModelError, Result};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
+use crate::ops::glu::Activation;
+use crate::ops::params::MatvecQ8Params;
+use crate::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
+use crate::ops::{AnyMat, kernel_subgroup, pc_u32};
+use crate::quant::QuantType;
+
+/// Whether the integer matvec can run on this device (Vulkan 1.3's
+/// `shaderIntegerDotProduct`; fast only where
+/// [`crate::gpu::DeviceCaps::int_dot_accelerated`] says so).
+pub fn available(ctx: &GpuContext) -> bool {
+    ctx.caps().int_dot
+}
+
+/// Whether the integer matvec takes weights of type `t`.
+pub fn supports(t: QuantType) -> bool {
+    matches!(t, QuantType::Q4_0 | QuantType::Q8_0)
+}
+
+/// Whether a call of `n` tokens of `t` can take the integer path.
+pub fn fits(t: QuantType, n: usize) -> bool {
+    supports(t) && (1..=MATVEC_MAX_TOKENS).contains(&n)
+}
+
+/// Bytes of scratch [`record_quantized`] needs for `n` tokens of `cols`.
+pub fn scratch_bytes(n: usize, cols: usize) -> u64 {
+    4 * (n * Q8Rows::row_words(cols)) as u64
+}
+
+/// The layout for a chunk of `rows` × `cols` on a device with subgroups of
+/// `sg` (1: unknown). Not yet measured on a GPU: the f32 matvec's shapes
+/// without staging (`combs kernel-bench --q8 --shapes` sweeps them).
+fn q8_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
+    let s = |tpr, nr| MatvecShape::new(tpr, nr);
+    if sg <= 1 {
+        return s(32, 1);
+    }
+    let units = cols / 32;
+    if sg == 32 {
+        let un = if units >= 128 { 2 } else { 1 };
+        let (nr, wg) = if rows >= 16384 {
+            (4, 256)
+        } else if rows >= 4096 {
+            (4, 128)
+        } else {
+            (2, 128)
+        };
+        return MatvecShape {
+            un,
+            wg,
+            ..s(32, nr)
+        };
+    }
+    s(sg.min(32), if rows >= 1024 { 2 } else { 1 })
+}
+
+/// The shape combs picks for a chunk of `rows` × `cols` on this device.
+pub fn choose_shape(ctx: &GpuContext, rows: usize, cols: usize) -> MatvecShape {
+    q8_shape(kernel_subgroup(ctx), rows, cols)
+}
+
+/// Records `call` on the integer path: its input quantized into `scratch`
+/// (with the norm of an [`Input::Normed`] folded into the quantizer), then
+/// the integer matvec.
+///
+/// # Errors
+/// As [`record_matvec_q8`]; a scratch buffer smaller than
+/// [`scratch_bytes`]; an input other than f32 or normed f32.
+pub fn record_quantized(
+    rec: &mut Recording,
+    call: &LinearCall<'_>,
+    scratch: &Arc<Buffer>,
+) -> Result<()> {
+    let (x, norm) = match call.input {
+        Input::F32(x) => (x, None),
+        Input::Normed { x, norm } => (x, Some(norm)),
+        Input::F16(_) | Input::NormedBySquares { .. } => {
+            return Err(unsupported("matvec_q8", call));
+        }
+    };
+    let xq = Q8Rows::new(scratch, x.rows, x.cols);
+    record_quantize_q8_1(rec, x, norm, xq)?;
+    record_matvec_q8(rec, call, xq)
+}
+
+/// Records the integer matvec of `call`'s weight with the quantized rows
+/// `xq` (what [`record_quantize_q8_1`] wrote of `call`'s input, which gives
+/// the shapes and is not read), one dispatch per chunk.
+///
+/// # Errors
+/// A weight other than Q4_0 / Q8_0, more tokens than
+/// [`MATVEC_MAX_TOKENS`], operands that do not match, an output the kernel
+/// does not fold, a device without integer dot products, an invalid
+/// layout, or a value beyond 32 bits.
+pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'_>) -> Result<()> {
+    call.check()?;
+    let w = call.weight;
+    let n = call.n();
+    if !fits(w.qtype(), n) {
+        return Err(ModelError::kernel(
+            "matvec_q8",
+            format!(
+                "`{}`: {} weights, {n} tokens (Q4_0 / Q8_0, 1..={MATVEC_MAX_TOKENS})",
+                w.name(),
+                w.qtype()
+            ),
+        ));
+    }
+    if !available(rec.context()) {
+        return Err(ModelError::kernel(
+            "matvec_q8",
+            "no integer dot products (shaderIntegerDotProduct) on this device",
+        ));
+    }
+    if xq.rows != n || xq.cols != w.cols() {
+        return Err(ModelError::Shape {
+            tensor: format!("`{}` quantized input", w.name()),
+            expected: vec![n as u64, w.cols() as u64],
+            got: vec![xq.rows as u64, xq.cols as u64],
+        });
+    }
+    xq.check("matvec_q8 input")?;
+    let (glu, rope) = match call.output {
+        Output::Store(_) | Output::Accumulate(_) => (None, None),
+        Output::Roped { rope, .. } => (None, Some(rope)),
+        Output::Gated {
+            out: AnyMat::F32(_),
+            act,
+        } => (Some(act), None),
+        Output::Gated { .. } | Output::AccumulateSquares { .. } => {
+            return Err(unsupported("matvec_q8", call));
+        }
+    };
+    let mut flags = call.store_flags(MatvecQ8Params::ACCUMULATE, MatvecQ8Params::BIAS);
+    if rope.is_some() {
+        flags |= MatvecQ8Params::ROPE;
+    }
+    if let Some(act) = glu {
+        flags |= MatvecQ8Params::GLU;
+        if act == Activation::GeluTanh {
+            flags |= MatvecQ8Params::GELU;
+        }
+    }
+    let kernel = match w.qtype() {
+        QuantType::Q8_0 => Kernel::MatvecQ80Q81,
+        _ => Kernel::MatvecQ40Q81,
+    };
+    let ctx = rec.context().clone();
+    let sg = kernel_subgroup(&ctx);
+    let k = w.cols();
+    let out = call.output.out();
+    let (d_off, _, _, d_ld) = out.layout();
+    for chunk in w.chunks() {
+        let mut shape = call
+            .matvec_shape
+            .unwrap_or_else(|| q8_shape(sg, chunk.n_rows, k));
+        if !shape.valid() {
+            return Err(ModelError::kernel("matvec_q8", format!("layout {shape:?}")));
+        }
+        if (glu.is_some() || rope.is_some()) && shape.nr % 2 == 1 {
+            shape.nr += 1;
+        }
+        let r = rope.map(|r| *r.rope());
+        let params = MatvecQ8Params {
+            k: pc_u32("k", k)?,
+            m: pc_u32("m", chunk.n_rows)?,
+            nb: pc_u32("nb", chunk.n_rows * k / 32)?,
+            row_offset: pc_u32("row_offset", chunk.row_start)?,
+            x_offset: pc_u32("x_offset", xq.offset)?,
+            d_offset: pc_u32("d_offset", d_off)?,
+            flags,
+            rope: rope_fold(rope)?,
+            n_tok: pc_u32("n_tok", n)?,
+            ld_x: pc_u32("ld_x", xq.ld)?,
+            ld_d: pc_u32("ld_d", d_ld)?,
+        };
+        let groups = groups_1d(
+            &ctx,
+            pc_u32(
+                "groups",
+                chunk.n_rows.div_ceil(shape.rows_per_workgroup()) * n,
+            )?,
+        );
+        rec.dispatch(
+            kernel,
+            &[shape.wg, sg, shape.tpr, shape.nr, shape.ks, shape.un],
+            &[
+                Binding::read(&chunk.buffer),
+                Binding::read(xq.buf),
+                Binding::write(out.buf()),
+                Binding::read(call.bias.unwrap_or(xq.buf)),
+                Binding::read(r.map_or(xq.buf, |r| r.positions)),
+                Binding::read(r.map_or(xq.buf, |r| r.inv_freq)),
+            ],
+            bytemuck::bytes_of(&params),
+            groups,
+        )?;
+    }
+    Ok(())
+}
+
+/// CPU reference of the kernel's arithmetic for one token: per row and
+/// 32-block, the exact integer sum times `d_w · d_x` (`w` in GGUF blocks
+/// of `t`, rows × cols), summed in f64: each block's term is the kernel's
+/// bit for bit (`(sumi · d_w) · d_x` in f32), only their sum's order differs.
+pub fn matvec_q8_ref(
+    t: QuantType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    xq: &[crate::ops::quantize_q8_1::BlockQ8_1],
+) -> Vec<f32> {
+    use half::f16;
+    let nb = cols / 32;
+    let bs = t.block_bytes();
+    (0..rows)
+        .map(|r| {
+            let mut s = 0.0f64;
+            for (b, x) in xq.iter().enumerate().take(nb) {
+                let blk = &w[(r * nb + b) * bs..(r * nb + b + 1) * bs];
+                let dw = f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f32();
+                let sumi: i32 = match t {
+                    QuantType::Q4_0 => (0..32)
+                        .map(|j| {
+                            let byte = blk[2 + (j % 16)];
+                            let q = if j < 16 { byte & 15 } else { byte >> 4 };
+                            (i32::from(q) - 8) * i32::from(x.qs[j])
+                        })
+                        .sum(),
+                    _ => (0..32)
+                        .map(|j| i32::from(blk[2 + j] as i8) * i32::from(x.qs[j]))
+                        .sum(),
+                };
+                s += f64::from(sumi as f32 * dw * x.d.to_f32());
+            }
+            s as f32
+        })
+        .collect()
+}
