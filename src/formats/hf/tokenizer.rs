@@ -9,7 +9,7 @@
 //! matched to the `tokenizer.ggml.pre` name whose regex list is the same.
 //! SentencePiece-style BPE (byte fallback, `▁` for spaces: Llama 2,
 //! Mistral v0.1-0.3, Gemma, Phi-3) becomes `tokenizer.ggml.model = "llama"`
-//! with scores derived from the merge ranks ([`super::spm`] says how and
+//! with scores derived from the merge ranks (`super::spm` says how and
 //! where that differs from llama.cpp's converter). Unigram is refused: the
 //! SPM tokenizer's greedy merging is not Unigram's best-path search.
 

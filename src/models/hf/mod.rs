@@ -5,8 +5,8 @@
 //!
 //! What the converter does and this module repeats (`conversion/llama.py`,
 //! `qwen.py`, `gemma.py`, `phi.py` of llama.cpp's converter):
-//! - `config.json` → `{arch}.*` hyperparameters ([`params`]);
-//! - safetensors names → GGUF names, and layouts ([`names`]): the Q/K rows of
+//! - `config.json` → `{arch}.*` hyperparameters (`params`);
+//! - safetensors names → GGUF names, and layouts (`names`): the Q/K rows of
 //!   Llama and Mistral permuted from HF's half-split rope layout to GGUF's
 //!   interleaved one (`LlamaModel.permute`; Qwen, Gemma 3 and Phi-3 use
 //!   the NEOX layout in both and are copied), Gemma 3's norm weights shifted
