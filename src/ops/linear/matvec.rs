@@ -6,7 +6,7 @@
 //! gated activation into its stores, per token.
 
 use super::coop::rope_fold;
-use super::{Input, LinearCall, Output, unsupported};
+use super::{FoldedRope, Input, LinearCall, Output, unsupported};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, GpuContext, Kernel, Recording, groups_1d};
 use crate::ops::glu::Activation;
@@ -165,13 +165,14 @@ pub(super) fn fits(n: usize, x: Mat<'_>) -> bool {
 /// f16 input or output, folded sums of squares, columns not a multiple of
 /// the weight's block, an unaligned `x`, an invalid layout, or a value
 /// beyond 32 bits.
-pub(super) fn record(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
-    let (x, norm) = match call.input {
-        Input::F32(x) => (x, None),
-        Input::Normed { x, norm } => (x, Some(norm)),
-        Input::F16(_) | Input::NormedBySquares { .. } => return Err(unsupported("matvec", call)),
-    };
-    let (glu, rope) = match call.output {
+/// What a matvec folds after its dot products (the f32 matvec and the
+/// integer one alike): the gated activation of a gated f32 output, or the
+/// rope of a roped one. `kernel` names the refusing kernel otherwise.
+pub(super) fn epilogue<'a>(
+    call: &LinearCall<'a>,
+    kernel: &'static str,
+) -> Result<(Option<Activation>, Option<FoldedRope<'a>>)> {
+    Ok(match call.output {
         Output::Store(_) | Output::Accumulate(_) => (None, None),
         Output::Roped { rope, .. } => (None, Some(rope)),
         Output::Gated {
@@ -179,9 +180,18 @@ pub(super) fn record(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
             act,
         } => (Some(act), None),
         Output::Gated { .. } | Output::AccumulateSquares { .. } => {
-            return Err(unsupported("matvec", call));
+            return Err(unsupported(kernel, call));
         }
+    })
+}
+
+pub(super) fn record(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
+    let (x, norm) = match call.input {
+        Input::F32(x) => (x, None),
+        Input::Normed { x, norm } => (x, Some(norm)),
+        Input::F16(_) | Input::NormedBySquares { .. } => return Err(unsupported("matvec", call)),
     };
+    let (glu, rope) = epilogue(call, "matvec")?;
     let n = call.n();
     if !fits(n, x) {
         return Err(ModelError::kernel(

@@ -13,13 +13,13 @@
 use std::sync::Arc;
 
 use super::coop::rope_fold;
-use super::{Input, LinearCall, MATVEC_MAX_TOKENS, MatvecShape, Output, unsupported};
+use super::{Input, LinearCall, MATVEC_MAX_TOKENS, MatvecShape, unsupported};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
 use crate::ops::glu::Activation;
 use crate::ops::params::MatvecQ8Params;
 use crate::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
-use crate::ops::{AnyMat, kernel_subgroup, pc_u32};
+use crate::ops::{kernel_subgroup, pc_u32};
 use crate::quant::QuantType;
 
 /// Whether the integer matvec can run on this device (Vulkan 1.3's
@@ -137,17 +137,7 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'
         });
     }
     xq.check("matvec_q8 input")?;
-    let (glu, rope) = match call.output {
-        Output::Store(_) | Output::Accumulate(_) => (None, None),
-        Output::Roped { rope, .. } => (None, Some(rope)),
-        Output::Gated {
-            out: AnyMat::F32(_),
-            act,
-        } => (Some(act), None),
-        Output::Gated { .. } | Output::AccumulateSquares { .. } => {
-            return Err(unsupported("matvec_q8", call));
-        }
-    };
+    let (glu, rope) = super::matvec::epilogue(call, "matvec_q8")?;
     let mut flags = call.store_flags(MatvecQ8Params::ACCUMULATE, MatvecQ8Params::BIAS);
     if rope.is_some() {
         flags |= MatvecQ8Params::ROPE;
