@@ -13,6 +13,9 @@
 # token). `--pp 2048,8192` adds prefill-only rows of those prompt lengths.
 # Prints one table: pp512 and tg128 tokens/s of both and the ratio
 # combs/llama.cpp, then load time and first token of the 512-token prompt.
+# For Q4_0 / Q8_0 files a second combs tg128 runs under `--numerics
+# llama.cpp` (activations quantized to 8-bit blocks, integer dot products:
+# what llama.cpp's own GPU matvecs do); `--no-q8` skips it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 combs="${COMBS_BIN:-$here/../target/release/combs}"
@@ -21,6 +24,7 @@ dir="${TMPDIR:-/tmp}/combs-bench"
 reps=3
 cases=()
 long=()
+q8=1
 while (($#)); do
     case "$1" in
         --combs) combs="$2"; shift 2 ;;
@@ -28,7 +32,8 @@ while (($#)); do
         --dir) dir="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --pp) IFS=, read -r -a long <<<"$2"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --no-q8) q8=0; shift ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) cases+=("$1"); shift ;;
     esac
 done
@@ -50,7 +55,11 @@ for c in "${cases[@]}"; do
     [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
     ours="$("$combs" bench -m "$f" -p 512 -n 128 -r "$reps" --json)"
     theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>"$dir/llamacpp-$preset-$type.log" | tail -1)"
-    rows+=("$preset|$type|$ours|$theirs")
+    int='{}'
+    if ((q8)) && [[ $type == q4_0 || $type == q8_0 ]]; then
+        int="$("$combs" bench -m "$f" -p 0 -n 128 -r "$reps" --numerics llama.cpp --json)"
+    fi
+    rows+=("$preset|$type|$ours|$theirs|$int")
     for p in "${long[@]}"; do
         o="$("$combs" bench -m "$f" -p "$p" -n 0 -r "$reps" --json)"
         t="$("$py" "$here/llamacpp_bench.py" "$f" -p "$p" -n 0 -r "$reps" 2>>"$dir/llamacpp-$preset-$type.log" | tail -1)"
@@ -63,16 +72,19 @@ import json, sys
 args = sys.argv[1:]
 cut = args.index("--")
 short, longs = args[:cut], args[cut + 1:]
-print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}")
+print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 q8_1':>10} {'ratio':>6}")
 pf = lambda v: f"{v:8.0f}" if v else f"{'-':>8}"
 syncs = set()
 for row in short:
-    preset, ty, ours, theirs = row.split("|", 3)
-    o, t = json.loads(ours), json.loads(theirs)
+    preset, ty, ours, theirs, q8 = row.split("|", 4)
+    o, t, i = json.loads(ours), json.loads(theirs), json.loads(q8)
     pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
     tr = o["tg"]["tps"] / t["tg"]["tps"] if t["tg"]["tps"] else float("nan")
+    it = i["tg"]["tps"] if i else 0.0
+    ir = f"{it / t['tg']['tps']:6.2f}" if it and t["tg"]["tps"] else f"{'-':>6}"
+    iv = f"{it:10.1f}" if it else f"{'-':>10}"
     print(f"{preset:14} {ty:5} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pf(t['pp'].get('perf_tps'))} {pr:6.2f}   "
-          f"{o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {pf(t['tg'].get('perf_tps'))} {tr:6.2f}")
+          f"{o['tg']['tps']:12.1f} {t['tg']['tps']:10.1f} {pf(t['tg'].get('perf_tps'))} {tr:6.2f}   {iv} {ir}")
     syncs.add(t.get("sync", "get_logits"))
 for row in longs:
     preset, ty, ours, theirs = row.split("|", 3)
@@ -82,10 +94,11 @@ for row in longs:
     print(f"{preset:14} {ty:5} {'pp' + str(n):>6} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pr:6.2f}")
 print(f"{'model':14} {'type':5} {'load ms combs':>14} {'llama.cpp':>10} {'first token ms combs':>21} {'llama.cpp':>10}")
 for row in short:
-    preset, ty, ours, theirs = row.split("|", 3)
+    preset, ty, ours, theirs, _ = row.split("|", 4)
     o, t = json.loads(ours), json.loads(theirs)
     print(f"{preset:14} {ty:5} {o.get('load_ms', 0):14.0f} {t.get('load_ms', 0):10.0f} "
           f"{o.get('first_token_ms', 0):21.0f} {t.get('first_token_ms', 0):10.0f}")
 print(f"llama.cpp's timed regions end with: {', '.join(sorted(syncs))} (llama-bench: llama_synchronize)")
-print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters")
+print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters;")
+print("tg128 q8_1 = combs --numerics llama.cpp (8-bit activations, integer dot products)")
 PY

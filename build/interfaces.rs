@@ -244,13 +244,15 @@ pub fn interfaces() -> Vec<Interface> {
         )
         .into(),
         u("ld_d", "Floats between tokens of d.").into(),
+        f("eps", "Epsilon of the norm folded into the input (X_F32).").into(),
     ];
     let mut matvec_q8_flags = store_flags();
-    matvec_q8_flags.extend(
-        fold_flags()
-            .into_iter()
-            .filter(|f| f.name != "NORM_ZERO_CENTRED"),
-    );
+    matvec_q8_flags.push(flag(
+        "NORM",
+        4,
+        "X_F32: x is the raw residual, quantized as x * w / rms(x).",
+    ));
+    matvec_q8_flags.extend(fold_flags());
 
     let mut coop_fields = linear_base();
     coop_fields.push(rope_fields());

@@ -173,6 +173,15 @@ pub fn kernels() -> Vec<KernelDef> {
             vulkan13: true,
             ..def(format!("matvec_{t}_q8_1"), "matvec_q8.comp", &[(d, "1")])
         });
+        // The same with x in f32, quantized by each workgroup.
+        k.push(KernelDef {
+            vulkan13: true,
+            ..def(
+                format!("matvec_{t}_q8_1_xf32"),
+                "matvec_q8.comp",
+                &[(d, "1"), ("X_F32", "1")],
+            )
+        });
     }
     k.push(def("quantize_q8_1_f32", "quantize_q8_1.comp", &[]));
     k.push(def("rms_norm_f32", "rms_norm.comp", &[]));

@@ -18,6 +18,14 @@
 // 4, for uvec4 loads): K/32 units of 8 words of int8, then K/32 words of
 // (f16 d, int16 sum(q)).
 //
+// X_F32: x is the f32 row itself (binding 1, vec4s: x_offset and ld_x count
+// vec4s), quantized by every workgroup into shared memory (XU = K/32 units)
+// exactly as quantize_q8_1.comp does, with LINEAR_NORM (+
+// LINEAR_NORM_ZERO_CENTRED, weights in binding 6) folding the RMS norm in.
+// Each workgroup repeats the quantization of its token's row, a few
+// hundred operations per unit, which costs less than a dispatch of its own
+// and the barrier before the product.
+//
 // Optional, by p.flags (iface/matvec_q8.glsl): LINEAR_ACCUMULATE,
 // LINEAR_BIAS, LINEAR_GLU (+ LINEAR_GELU), LINEAR_ROPE, as matvec.comp.
 
@@ -33,11 +41,17 @@ layout(constant_id = 2) const uint TPR = 32;      // invocations per row group, 
 layout(constant_id = 3) const uint NR = 1;        // rows per row group
 layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one per lane set
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
+layout(constant_id = 6) const uint XU = 1;        // X_F32: units of x quantized into shared memory
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+#if defined(X_F32)
+layout(binding = 1) readonly buffer XF { vec4 data_xf[]; };
+layout(binding = 6) readonly buffer NW { vec4 data_norm[]; };
+#else
 layout(binding = 1) readonly buffer X { uint data_xw[]; };
 layout(binding = 1) readonly buffer X4 { uvec4 data_x4[]; };
+#endif
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 layout(binding = 4) readonly buffer P { int data_pos[]; };
@@ -49,6 +63,10 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/linear_out.glsl"
 #include "common/act.glsl"
 #include "common/rope.glsl"
+#if defined(X_F32)
+#include "common/reduce.glsl"
+#include "common/round.glsl"
+#endif
 
 #if !defined(DATA_A_Q4_0) && !defined(DATA_A_Q8_0)
 #error "matvec_q8 takes Q4_0 or Q8_0 weights"
@@ -85,6 +103,77 @@ float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, con
 const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
 shared float red[gl_WorkGroupSize.x * NR];
 
+#if defined(X_F32)
+// The token's row quantized: unit u's 32 int8 in xs_q[2u], xs_q[2u + 1],
+// its (f16 d, int16 sum) word in xs_s[u], as quantize_q8_1.comp lays them out.
+shared uvec4 xs_q[2u * XU];
+shared uint xs_s[XU];
+
+uint pack_i8x4(ivec4 q) {
+    const uvec4 b = uvec4(q) & 0xFFu;
+    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
+}
+
+// quantize_q8_1.comp's arithmetic for the row at vec4 xv, one unit per
+// invocation; every invocation must call it (barriers).
+void quantize_row(const uint xv, const uint units) {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const bool norm = (p.flags & LINEAR_NORM) != 0u;
+    const bool norm1 = (p.flags & LINEAR_NORM_ZERO_CENTRED) != 0u;
+    float scale = 1.0;
+    if (norm) {
+        float ss = 0.0;
+        for (uint i = lid; i < 8u * units; i += wg) {
+            const vec4 t = data_xf[xv + i];
+            ss += dot(t, t);
+        }
+        ss = workgroup_sum(ss);
+        scale = inversesqrt(ss / float(p.k) + p.eps);
+    }
+    for (uint u = lid; u < units; u += wg) {
+        vec4 v[8];
+        float amax = 0.0;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            vec4 t = data_xf[xv + 8u * u + j];
+            if (norm) {
+                vec4 nw = data_norm[8u * u + j];
+                if (norm1) {
+                    nw += 1.0;
+                }
+                precise vec4 xhat = t * scale;
+                precise vec4 y = xhat * nw;
+                t = y;
+            }
+            v[j] = t;
+            const vec4 a = abs(t);
+            amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+        const float d = round_f16(div_rn(amax, 127.0));
+        const float inv = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
+        int sum = 0;
+        uint w[8];
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            precise vec4 s = v[j] * inv;
+            const ivec4 q = ivec4(roundEven(s));
+            sum += (q.x + q.y) + (q.z + q.w);
+            w[j] = pack_i8x4(q);
+        }
+        xs_q[2u * u] = uvec4(w[0], w[1], w[2], w[3]);
+        xs_q[2u * u + 1u] = uvec4(w[4], w[5], w[6], w[7]);
+        xs_s[u] = (packHalf2x16(vec2(d, 0.0)) & 0xFFFFu) | (uint(sum) << 16);
+    }
+    barrier();
+}
+#define X_QA(u) xs_q[2u * (u)]
+#define X_QB(u) xs_q[2u * (u) + 1u]
+#define X_SC(u) xs_s[u]
+#else
+#define X_QA(u) data_x4[xq / 4u + 2u * (u)]
+#define X_QB(u) data_x4[xq / 4u + 2u * (u) + 1u]
+#define X_SC(u) data_xw[xsc + (u)]
+#endif
+
 void main() {
     const uint RG = gl_WorkGroupSize.x / (TPR * KS);
     const uint rows_per_wg = RG * NR;
@@ -100,6 +189,10 @@ void main() {
     const uint row0 = wg * rows_per_wg + rg * NR;
     const uint units = p.k / 32u;
     const uint xsc = xq + 8u * units;
+#if defined(X_F32)
+    // Before any invocation leaves: the quantizer has barriers.
+    quantize_row(xq, units);
+#endif
     const uint per_slice = (units + KS - 1u) / KS;
     const uint u_lo = slice * per_slice;
     const uint u_hi = min(units, u_lo + per_slice);
@@ -115,9 +208,9 @@ void main() {
                 // loads of all UN units go out together.
                 const bool live = u0 + i * TPR < u_hi;
                 const uint u = live ? u0 + i * TPR : u0;
-                const uvec4 xa = data_x4[xq / 4u + 2u * u];
-                const uvec4 xb = data_x4[xq / 4u + 2u * u + 1u];
-                const uint xw = data_xw[xsc + u];
+                const uvec4 xa = X_QA(u);
+                const uvec4 xb = X_QB(u);
+                const uint xw = X_SC(u);
                 const float dx = unpackHalf2x16(xw).x;
                 const int sx = int(xw) >> 16;
                 // No branch per row (rows past the chunk read its last row and

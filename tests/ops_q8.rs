@@ -18,7 +18,7 @@ use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
 use combs::ops::act_round::Numerics;
 use combs::ops::glu::{Activation, act_ref};
-use combs::ops::linear::matvec_q8::{matvec_q8_ref, record_matvec_q8, record_quantized};
+use combs::ops::linear::matvec_q8::{Q8Input, matvec_q8_ref, record_matvec_q8, record_quantized};
 use combs::ops::linear::{FoldedRope, Input, LinearCall, MatvecShape, Output};
 use combs::ops::plan::{Fusion, IntDot};
 use combs::ops::quantize_q8_1::{
@@ -119,8 +119,13 @@ fn quantize_q8_1_matches_ref() {
 fn quantize_q8_1_folded_norm_matches_ref() {
     let ctx = int_dot_device();
     let mut rng = Rng::fresh("quantize_q8_1_norm");
-    for flavor in [NormFlavor::Plain, NormFlavor::ZeroCentred] {
-        let (n, cols, eps) = (3, 2048, 1e-5);
+    // 1056 columns: a row whose last workgroup is partly idle.
+    for (flavor, n, cols) in [
+        (NormFlavor::Plain, 3, 2048),
+        (NormFlavor::ZeroCentred, 3, 2048),
+        (NormFlavor::Plain, 2, 1056),
+    ] {
+        let eps = 1e-5;
         let x: Vec<f32> = rng.normals(n * cols, 3.0).iter().map(|v| v + 0.5).collect();
         let nw = rng.normals(cols, 1.0);
         let (xb, nb) = (device_f32(&ctx, &x), device_f32(&ctx, &nw));
@@ -190,8 +195,10 @@ enum Epilogue {
     Rope,
 }
 
-/// One integer matvec of `n` tokens with CPU-quantized x (rows a few words
-/// apart) against `matvec_q8_ref` and the CPU epilogue.
+/// One integer matvec of `n` tokens against `matvec_q8_ref` and the CPU
+/// epilogue, twice: with CPU-quantized x (rows a few words apart), and with
+/// the f32 x that every workgroup quantizes itself (which must match the
+/// CPU's quantization bit for bit).
 fn check_matvec_q8(
     t: QuantType,
     rows: usize,
@@ -238,82 +245,96 @@ fn check_matvec_q8(
         upload_new(&ctx, bytemuck::cast_slice(&pos), "pos").expect("upload"),
         device_f32(&ctx, &f),
     );
-    run(&ctx, |rec| {
-        let y = Mat::new(&out, n, out_len).with_ld(ldo);
-        let output = match epi {
-            Epilogue::Store | Epilogue::Bias => Output::Store(y),
-            Epilogue::Accumulate => Output::Accumulate(y),
-            Epilogue::Glu(act) => Output::Gated {
-                out: AnyMat::F32(y),
-                act,
-            },
-            Epilogue::Rope => {
-                let rope = Rope {
-                    style: RopeStyle::Normal,
-                    head_dim: hd,
-                    n_rot,
-                    positions: &pb,
-                    inv_freq: &fb,
-                    attn_factor: 0.9,
-                };
-                Output::Roped {
-                    out: y,
-                    rope: FoldedRope::adjacent(rope, rope_rows).expect("adjacent pairs"),
+    for in_wg in [false, true] {
+        out.write_slice(0, &init).expect("init");
+        run(&ctx, |rec| {
+            let y = Mat::new(&out, n, out_len).with_ld(ldo);
+            let output = match epi {
+                Epilogue::Store | Epilogue::Bias => Output::Store(y),
+                Epilogue::Accumulate => Output::Accumulate(y),
+                Epilogue::Glu(act) => Output::Gated {
+                    out: AnyMat::F32(y),
+                    act,
+                },
+                Epilogue::Rope => {
+                    let rope = Rope {
+                        style: RopeStyle::Normal,
+                        head_dim: hd,
+                        n_rot,
+                        positions: &pb,
+                        inv_freq: &fb,
+                        attn_factor: 0.9,
+                    };
+                    Output::Roped {
+                        out: y,
+                        rope: FoldedRope::adjacent(rope, rope_rows).expect("adjacent pairs"),
+                    }
+                }
+            };
+            let bias = (epi == Epilogue::Bias || epi == Epilogue::Accumulate).then_some(&bb);
+            let call = LinearCall::new(&w, bias, Input::F32(Mat::new(&xb, n, cols)), output)
+                .with_shape(shape);
+            let xq = Q8Rows {
+                ld: ldq,
+                ..Q8Rows::new(&xqb, n, cols)
+            };
+            let input = if in_wg {
+                Q8Input::F32 {
+                    x: Mat::new(&xb, n, cols),
+                    norm: None,
+                }
+            } else {
+                Q8Input::Quantized(xq)
+            };
+            record_matvec_q8(rec, &call, input).expect("record");
+        });
+        let mut got = vec![0.0f32; n * ldo];
+        out.read_slice(0, &mut got).expect("read");
+        for tk in 0..n {
+            let mut y = matvec_q8_ref(t, &bytes, rows, cols, &blocks[tk]);
+            if matches!(epi, Epilogue::Bias | Epilogue::Accumulate) {
+                y.iter_mut().zip(&bias).for_each(|(a, b)| *a += b);
+            }
+            let mut want: Vec<f32> = match epi {
+                Epilogue::Glu(act) => y.chunks(2).map(|p| act_ref(act, p[0]) * p[1]).collect(),
+                _ => y,
+            };
+            if epi == Epilogue::Rope {
+                for h in 0..rope_rows / hd {
+                    let at = h * hd;
+                    rope_ref(
+                        &mut want[at..at + hd],
+                        pos[tk],
+                        &f,
+                        n_rot,
+                        RopeStyle::Normal,
+                        0.9,
+                    );
                 }
             }
-        };
-        let bias = (epi == Epilogue::Bias || epi == Epilogue::Accumulate).then_some(&bb);
-        let call =
-            LinearCall::new(&w, bias, Input::F32(Mat::new(&xb, n, cols)), output).with_shape(shape);
-        let xq = Q8Rows {
-            ld: ldq,
-            ..Q8Rows::new(&xqb, n, cols)
-        };
-        record_matvec_q8(rec, &call, xq).expect("record");
-    });
-    let mut got = vec![0.0f32; n * ldo];
-    out.read_slice(0, &mut got).expect("read");
-    for tk in 0..n {
-        let mut y = matvec_q8_ref(t, &bytes, rows, cols, &blocks[tk]);
-        if matches!(epi, Epilogue::Bias | Epilogue::Accumulate) {
-            y.iter_mut().zip(&bias).for_each(|(a, b)| *a += b);
-        }
-        let mut want: Vec<f32> = match epi {
-            Epilogue::Glu(act) => y.chunks(2).map(|p| act_ref(act, p[0]) * p[1]).collect(),
-            _ => y,
-        };
-        if epi == Epilogue::Rope {
-            for h in 0..rope_rows / hd {
-                let at = h * hd;
-                rope_ref(
-                    &mut want[at..at + hd],
-                    pos[tk],
-                    &f,
-                    n_rot,
-                    RopeStyle::Normal,
-                    0.9,
-                );
+            if epi == Epilogue::Accumulate {
+                want.iter_mut()
+                    .zip(&init[tk * ldo..])
+                    .for_each(|(a, p)| *a += p);
             }
+            let row = &got[tk * ldo..tk * ldo + out_len];
+            let e = rel_err(row, &want);
+            // The terms are the reference's bit for bit; only the f32 sum's order
+            // differs (and the rope's and activation's f32 functions).
+            let bound = match epi {
+                Epilogue::Store | Epilogue::Bias | Epilogue::Accumulate => 1e-6,
+                Epilogue::Glu(_) | Epilogue::Rope => 1e-5,
+            };
+            assert!(
+                e < bound,
+                "{label} token {tk} shape {shape:?} in-workgroup {in_wg}: {e}"
+            );
+            assert_eq!(
+                &got[tk * ldo + out_len..(tk + 1) * ldo],
+                &init[tk * ldo + out_len..(tk + 1) * ldo],
+                "{label} token {tk}: wrote past its row"
+            );
         }
-        if epi == Epilogue::Accumulate {
-            want.iter_mut()
-                .zip(&init[tk * ldo..])
-                .for_each(|(a, p)| *a += p);
-        }
-        let row = &got[tk * ldo..tk * ldo + out_len];
-        let e = rel_err(row, &want);
-        // The terms are the reference's bit for bit; only the f32 sum's order
-        // differs (and the rope's and activation's f32 functions).
-        let bound = match epi {
-            Epilogue::Store | Epilogue::Bias | Epilogue::Accumulate => 1e-6,
-            Epilogue::Glu(_) | Epilogue::Rope => 1e-5,
-        };
-        assert!(e < bound, "{label} token {tk} shape {shape:?}: {e}");
-        assert_eq!(
-            &got[tk * ldo + out_len..(tk + 1) * ldo],
-            &init[tk * ldo + out_len..(tk + 1) * ldo],
-            "{label} token {tk}: wrote past its row"
-        );
     }
 }
 

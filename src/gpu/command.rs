@@ -661,6 +661,7 @@ impl Recording {
             ));
         }
         self.host_times.clear();
+        let _t = super::phases::time(super::phases::Phase::Execute);
         let mut i = 0;
         while i < self.steps.len() {
             match &self.steps[i] {

@@ -32,9 +32,13 @@ pub enum Phase {
     Pipeline,
     /// The final flush of the staging ring at the end of a load.
     Flush,
+    /// Recording a forward pass's commands (prefill chunks).
+    Record,
+    /// Submitting recorded work and waiting for the GPU to finish it.
+    Execute,
 }
 
-const PHASES: [Phase; 10] = [
+const PHASES: [Phase; 12] = [
     Phase::Context,
     Phase::Open,
     Phase::Tokenizer,
@@ -45,6 +49,8 @@ const PHASES: [Phase; 10] = [
     Phase::HostF32,
     Phase::Pipeline,
     Phase::Flush,
+    Phase::Record,
+    Phase::Execute,
 ];
 
 impl Phase {
@@ -60,6 +66,8 @@ impl Phase {
             Phase::HostF32 => "host_f32",
             Phase::Pipeline => "pipeline",
             Phase::Flush => "flush",
+            Phase::Record => "record",
+            Phase::Execute => "execute",
         }
     }
 }

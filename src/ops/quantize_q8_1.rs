@@ -22,7 +22,9 @@ use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, Kernel, Recording, groups_1d};
 
-const QUANTIZE_WG: u32 = 128;
+/// Values one workgroup quantizes (`QWG` invocations of 4 in
+/// `glsl/quantize_q8_1.comp`).
+const QUANTIZE_CHUNK: usize = 1024;
 
 /// Token rows of 8-bit blocks in a buffer of words, as
 /// `glsl/quantize_q8_1.comp` writes them.
@@ -97,7 +99,7 @@ impl<'a> Q8Rows<'a> {
 }
 
 /// Records `out = quantize(x)` (or of `x`'s RMS norm with `norm`'s weight),
-/// one workgroup per token.
+/// each token's row spread over workgroups of 1024 values.
 ///
 /// # Errors
 /// `out` not of `x`'s shape, an unaligned `x` (vec4 loads), a norm weight
@@ -149,10 +151,12 @@ pub fn record_quantize_q8_1(
         eps: norm.map_or(0.0, |nm| nm.eps),
     };
     let ctx = rec.context().clone();
-    let groups = groups_1d(&ctx, pc_u32("groups", x.rows)?);
+    let chunks = x.cols.div_ceil(QUANTIZE_CHUNK);
+    let n_groups = x.rows.saturating_mul(chunks);
+    let groups = groups_1d(&ctx, pc_u32("groups", n_groups)?);
     rec.dispatch(
         Kernel::QuantizeQ81F32,
-        &[QUANTIZE_WG],
+        &[],
         &[
             Binding::read(x.buf),
             Binding::write(out.buf),

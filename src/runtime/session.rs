@@ -411,6 +411,7 @@ impl Session {
         self.cache.reserve(n)?;
         self.write_inputs(chunk, pos0)?;
         let ctx = self.model.context().clone();
+        let recording = crate::gpu::phases::time(crate::gpu::phases::Phase::Record);
         let mut rec = Recording::new(&ctx, false)?;
         self.model.record_embed(&mut rec, &self.scratch, n)?;
         if let (false, Some(src)) = (copies.is_empty(), self.embed_rows.as_ref()) {
@@ -424,6 +425,7 @@ impl Session {
                 self.model
                     .record_logits(&mut rec, &self.scratch, n - 1, 1, 0)?;
                 rec.finish()?;
+                drop(recording);
                 rec.submit_and_wait()?;
                 let mut l = std::mem::take(&mut self.logits);
                 self.read_logits(0, &mut l)?;
@@ -432,6 +434,7 @@ impl Session {
             }
             Some(dst) => {
                 rec.finish()?;
+                drop(recording);
                 rec.submit_and_wait()?;
                 let n_vocab = self.model.spec().n_vocab;
                 let per = self.scratch.max_logit_rows().max(1);

@@ -140,6 +140,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             }
             if rep > 0 {
                 pp.push(args.n_prompt as f64 / dt);
+                if rep == 1 && combs::gpu::phases::enabled() {
+                    eprintln!(
+                        "second prefill {:.1} ms; totals since load:\n{}",
+                        dt * 1e3,
+                        combs::gpu::phases::report()
+                    );
+                }
             }
         }
         if args.n_gen > 0 {

@@ -18,6 +18,7 @@ use combs::ops::attention::{
     MAX_KEY_SPLITS, NewKv, key_splits, record_attention,
 };
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
+use combs::ops::linear::matvec_q8::Q8Input;
 use combs::ops::linear::{
     CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums, matvec_q8,
     record_linear,
@@ -98,8 +99,9 @@ pub struct KernelBenchArgs {
     /// `--numerics llama.cpp` runs where the device has integer dot
     /// products): `q8 …` rows are quantize_q8_1 + the integer matvec per
     /// product (GB/s of weights over both), `q8mv …` the integer matvec
-    /// alone, `q8quant` the quantizer alone; in each `--shapes` layout
-    /// (staging flags ignored).
+    /// alone, `q8x …` the integer matvec quantizing x in every workgroup
+    /// (no quantizer dispatch), `q8quant` the quantizer alone; in each
+    /// `--shapes` layout (staging flags ignored).
     #[arg(long)]
     q8: bool,
     /// Skip the matrices (with --sync: only the round trip).
@@ -566,7 +568,8 @@ fn matvec<'a>(
 }
 
 /// The `--q8` rows of one matrix: quantize + integer matvec, the integer
-/// matvec alone, the quantizer alone.
+/// matvec alone, the integer matvec quantizing x in every workgroup
+/// (`q8x`), the quantizer alone.
 #[allow(clippy::too_many_arguments)]
 fn q8_rows(
     ctx: &Arc<GpuContext>,
@@ -621,10 +624,25 @@ fn q8_rows(
         let label = format!("q8 {}{star}", shape_label(&s));
         print_row(out, m, t, &label, us, bytes / us / 1e3)?;
         let us = time(ctx, reps, |rec, i| {
-            matvec_q8::record_matvec_q8(rec, &call(&copies[i % copies.len()]), q8)
+            matvec_q8::record_matvec_q8(
+                rec,
+                &call(&copies[i % copies.len()]),
+                Q8Input::Quantized(q8),
+            )
         })?;
         let label = format!("q8mv {}{star}", shape_label(&s));
         print_row(out, m, t, &label, us, bytes / us / 1e3)?;
+        let f32_input = Q8Input::F32 { x: x32, norm: None };
+        match time(ctx, reps, |rec, i| {
+            matvec_q8::record_matvec_q8(rec, &call(&copies[i % copies.len()]), f32_input)
+        }) {
+            Ok(us) => {
+                let label = format!("q8x {}{star}", shape_label(&s));
+                print_row(out, m, t, &label, us, bytes / us / 1e3)?;
+            }
+            // A row too long for the layout's shared memory.
+            Err(e) => writeln!(out, "{:8} q8x {}: {e}", m.name, shape_label(&s))?,
+        }
     }
     Ok(())
 }

@@ -16,9 +16,11 @@ use super::coop::rope_fold;
 use super::{Input, LinearCall, MATVEC_MAX_TOKENS, MatvecShape, unsupported};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
+use crate::ops::Mat;
 use crate::ops::glu::Activation;
 use crate::ops::params::MatvecQ8Params;
 use crate::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
+use crate::ops::rms_norm::{NormFlavor, NormWeight};
 use crate::ops::{kernel_subgroup, pc_u32};
 use crate::quant::QuantType;
 
@@ -76,9 +78,50 @@ pub fn choose_shape(ctx: &GpuContext, rows: usize, cols: usize) -> MatvecShape {
     q8_shape(kernel_subgroup(ctx), rows, cols)
 }
 
-/// Records `call` on the integer path: its input quantized into `scratch`
-/// (with the norm of an [`Input::Normed`] folded into the quantizer), then
-/// the integer matvec.
+/// What the integer matvec reads as its input.
+#[derive(Clone, Copy, Debug)]
+pub enum Q8Input<'a> {
+    /// Rows [`record_quantize_q8_1`] wrote.
+    Quantized(Q8Rows<'a>),
+    /// f32 rows (optionally the raw residual of a folded RMS norm) that
+    /// every workgroup quantizes into shared memory itself, the quantizer's
+    /// arithmetic without its dispatch.
+    F32 {
+        /// The rows (16-byte aligned).
+        x: Mat<'a>,
+        /// The norm folded in.
+        norm: Option<NormWeight<'a>>,
+    },
+}
+
+impl Q8Input<'_> {
+    fn rows_cols(&self) -> (usize, usize) {
+        match self {
+            Q8Input::Quantized(q) => (q.rows, q.cols),
+            Q8Input::F32 { x, .. } => (x.rows, x.cols),
+        }
+    }
+}
+
+/// Bytes of shared memory the in-workgroup quantizer of `cols` columns
+/// takes next to the reduction slots of `shape`.
+fn shared_bytes(shape: &MatvecShape, cols: usize) -> usize {
+    cols / 32 * 36 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
+}
+
+/// Whether every workgroup can quantize a row of `cols` for itself (its
+/// shared memory holds the row's 36 bytes per 32 columns).
+pub fn quantizes_in_workgroup(ctx: &GpuContext, rows: usize, cols: usize) -> bool {
+    let shape = choose_shape(ctx, rows, cols);
+    let mut wide = shape;
+    wide.nr += wide.nr % 2;
+    shared_bytes(&wide, cols) <= ctx.caps().max_shared_memory as usize
+}
+
+/// Records `call` on the integer path: the matvec quantizing its f32 input
+/// in every workgroup where shared memory holds the row, else the input
+/// quantized into `scratch` first (with the norm of an [`Input::Normed`]
+/// folded into the quantizer either way).
 ///
 /// # Errors
 /// As [`record_matvec_q8`]; a scratch buffer smaller than
@@ -95,21 +138,32 @@ pub fn record_quantized(
             return Err(unsupported("matvec_q8", call));
         }
     };
+    let rows = call
+        .weight
+        .chunks()
+        .iter()
+        .map(|c| c.n_rows)
+        .max()
+        .unwrap_or(0);
+    if call.matvec_shape.is_none() && quantizes_in_workgroup(rec.context(), rows, x.cols) {
+        return record_matvec_q8(rec, call, Q8Input::F32 { x, norm });
+    }
     let xq = Q8Rows::new(scratch, x.rows, x.cols);
     record_quantize_q8_1(rec, x, norm, xq)?;
-    record_matvec_q8(rec, call, xq)
+    record_matvec_q8(rec, call, Q8Input::Quantized(xq))
 }
 
-/// Records the integer matvec of `call`'s weight with the quantized rows
-/// `xq` (what [`record_quantize_q8_1`] wrote of `call`'s input, which gives
-/// the shapes and is not read), one dispatch per chunk.
+/// Records the integer matvec of `call`'s weight with input `x`: quantized
+/// rows (what [`record_quantize_q8_1`] wrote of `call`'s input, which gives
+/// the shapes and is not read) or f32 rows each workgroup quantizes, one
+/// dispatch per chunk.
 ///
 /// # Errors
 /// A weight other than Q4_0 / Q8_0, more tokens than
 /// [`MATVEC_MAX_TOKENS`], operands that do not match, an output the kernel
 /// does not fold, a device without integer dot products, an invalid
 /// layout, or a value beyond 32 bits.
-pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'_>) -> Result<()> {
+pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'_>) -> Result<()> {
     call.check()?;
     let w = call.weight;
     let n = call.n();
@@ -129,14 +183,43 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'
             "no integer dot products (shaderIntegerDotProduct) on this device",
         ));
     }
-    if xq.rows != n || xq.cols != w.cols() {
+    let (x_rows, x_cols) = x.rows_cols();
+    if x_rows != n || x_cols != w.cols() {
         return Err(ModelError::Shape {
             tensor: format!("`{}` quantized input", w.name()),
             expected: vec![n as u64, w.cols() as u64],
-            got: vec![xq.rows as u64, xq.cols as u64],
+            got: vec![x_rows as u64, x_cols as u64],
         });
     }
-    xq.check("matvec_q8 input")?;
+    // (buffer, offset, stride) in the kernel's units: words or vec4s.
+    let (x_buf, x_offset, ld_x) = match x {
+        Q8Input::Quantized(xq) => {
+            xq.check("matvec_q8 input")?;
+            (xq.buf, xq.offset, xq.ld)
+        }
+        Q8Input::F32 { x, norm } => {
+            x.check("matvec_q8 input")?;
+            if !x.cols.is_multiple_of(32) || !x.aligned4() {
+                return Err(ModelError::kernel(
+                    "matvec_q8",
+                    format!("{x:?}: columns not whole blocks, or rows not on 16-byte boundaries"),
+                ));
+            }
+            if let Some(nm) = norm
+                && nm.weight.size() < 4 * x.cols as u64
+            {
+                return Err(ModelError::invalid(
+                    "norm weight",
+                    format!("{} bytes for {} columns", nm.weight.size(), x.cols),
+                ));
+            }
+            (x.buf, x.offset / 4, x.ld / 4)
+        }
+    };
+    let (in_wg, norm) = match x {
+        Q8Input::F32 { norm, .. } => (true, norm),
+        Q8Input::Quantized(_) => (false, None),
+    };
     let (glu, rope) = super::matvec::epilogue(call, "matvec_q8")?;
     let mut flags = call.store_flags(MatvecQ8Params::ACCUMULATE, MatvecQ8Params::BIAS);
     if rope.is_some() {
@@ -148,9 +231,17 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'
             flags |= MatvecQ8Params::GELU;
         }
     }
-    let kernel = match w.qtype() {
-        QuantType::Q8_0 => Kernel::MatvecQ80Q81,
-        _ => Kernel::MatvecQ40Q81,
+    if let Some(nm) = norm {
+        flags |= MatvecQ8Params::NORM;
+        if nm.flavor == NormFlavor::ZeroCentred {
+            flags |= MatvecQ8Params::NORM_ZERO_CENTRED;
+        }
+    }
+    let kernel = match (w.qtype(), in_wg) {
+        (QuantType::Q8_0, false) => Kernel::MatvecQ80Q81,
+        (QuantType::Q8_0, true) => Kernel::MatvecQ80Q81Xf32,
+        (_, false) => Kernel::MatvecQ40Q81,
+        (_, true) => Kernel::MatvecQ40Q81Xf32,
     };
     let ctx = rec.context().clone();
     let sg = kernel_subgroup(&ctx);
@@ -167,19 +258,30 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'
         if (glu.is_some() || rope.is_some()) && shape.nr % 2 == 1 {
             shape.nr += 1;
         }
+        if in_wg && shared_bytes(&shape, k) > ctx.caps().max_shared_memory as usize {
+            return Err(ModelError::kernel(
+                "matvec_q8",
+                format!(
+                    "{k} columns quantized in a workgroup of {shape:?}: {} bytes of shared memory, the device has {}",
+                    shared_bytes(&shape, k),
+                    ctx.caps().max_shared_memory
+                ),
+            ));
+        }
         let r = rope.map(|r| *r.rope());
         let params = MatvecQ8Params {
             k: pc_u32("k", k)?,
             m: pc_u32("m", chunk.n_rows)?,
             nb: pc_u32("nb", chunk.n_rows * k / 32)?,
             row_offset: pc_u32("row_offset", chunk.row_start)?,
-            x_offset: pc_u32("x_offset", xq.offset)?,
+            x_offset: pc_u32("x_offset", x_offset)?,
             d_offset: pc_u32("d_offset", d_off)?,
             flags,
             rope: rope_fold(rope)?,
             n_tok: pc_u32("n_tok", n)?,
-            ld_x: pc_u32("ld_x", xq.ld)?,
+            ld_x: pc_u32("ld_x", ld_x)?,
             ld_d: pc_u32("ld_d", d_ld)?,
+            eps: norm.map_or(0.0, |nm| nm.eps),
         };
         let groups = groups_1d(
             &ctx,
@@ -190,14 +292,24 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, xq: Q8Rows<'
         );
         rec.dispatch(
             kernel,
-            &[shape.wg, sg, shape.tpr, shape.nr, shape.ks, shape.un],
+            &[
+                shape.wg,
+                sg,
+                shape.tpr,
+                shape.nr,
+                shape.ks,
+                shape.un,
+                // Only the in-workgroup quantizer sizes shared memory by it.
+                if in_wg { pc_u32("units", k / 32)? } else { 1 },
+            ],
             &[
                 Binding::read(&chunk.buffer),
-                Binding::read(xq.buf),
+                Binding::read(x_buf),
                 Binding::write(out.buf()),
-                Binding::read(call.bias.unwrap_or(xq.buf)),
-                Binding::read(r.map_or(xq.buf, |r| r.positions)),
-                Binding::read(r.map_or(xq.buf, |r| r.inv_freq)),
+                Binding::read(call.bias.unwrap_or(x_buf)),
+                Binding::read(r.map_or(x_buf, |r| r.positions)),
+                Binding::read(r.map_or(x_buf, |r| r.inv_freq)),
+                Binding::read(norm.map_or(x_buf, |nm| nm.weight)),
             ],
             bytemuck::bytes_of(&params),
             groups,
