@@ -81,23 +81,7 @@ vec4 nibbles_unit(uint w, const uint hi) {
 }
 
 #if defined(DATA_A_Q4_K)
-// The 6-bit scale and min of sub-block j (0..7) from the three words of a
-// block's packed scales (llama.cpp get_scale_min_k4), without branching on
-// j: neighbouring invocations hold different sub-blocks.
-uvec2 scale_min_words(uvec3 w, uint j) {
-    const uint sh = 8u * (j & 3u);
-    const uint a = (w.x >> sh) & 0xFFu;
-    const uint b = (w.y >> sh) & 0xFFu;
-    const uint c = (w.z >> sh) & 0xFFu;
-    const bool lo = j < 4u;
-    return uvec2(lo ? (a & 63u) : ((c & 0xFu) | ((a >> 6) << 4)),
-                 lo ? (b & 63u) : ((c >> 4) | ((b >> 6) << 4)));
-}
-
-uvec3 scale_words(uint ib) {
-    const uint sw = p.nb * PLANE0_WORDS + ib * PLANE1_WORDS;
-    return uvec3(data_a[sw], data_a[sw + 1u], data_a[sw + 2u]);
-}
+#include "common/q4k_scales.glsl"
 #endif
 
 // 1 + u / 256 for each byte u of w.

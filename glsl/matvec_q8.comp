@@ -8,6 +8,10 @@
 //   sumi = sum(qw * qx) (Q4_0: - 8 * sum(qx)), exact in int32;
 //   value = float(sumi) * d_w * d_x.
 // So the result is llama.cpp's CPU dot product up to f32 summation order.
+// Q4_K weights (X_F32 only): x is quantized as ggml-cpu's q8_K (256-blocks,
+// f32 scale from the signed extreme, quantize_row_q8_K_ref) and each
+// 32-column sub-block gives (d sc sumi - dmin m sum(qx)) d_x, the terms of
+// vec_dot_q4_K_q8_K.
 //
 // The layout is matvec.comp's (see its header): row groups of TPR lanes
 // sharing NR rows (one load of x per unit for all NR rows), KS column
@@ -68,15 +72,22 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/round.glsl"
 #endif
 
-#if !defined(DATA_A_Q4_0) && !defined(DATA_A_Q8_0)
-#error "matvec_q8 takes Q4_0 or Q8_0 weights"
+#if !defined(DATA_A_Q4_0) && !defined(DATA_A_Q8_0) && !defined(DATA_A_Q4_K)
+#error "matvec_q8 takes Q4_0, Q8_0 or Q4_K weights"
+#endif
+#if defined(DATA_A_Q4_K)
+#if !defined(X_F32)
+#error "Q4_K weights take x in f32 (q8_K blocks are quantized in the workgroup)"
+#endif
+#define X_Q8K 1
+#include "common/q4k_scales.glsl"
 #endif
 
 // sumi * d_w of unit u of row `row` against x's quants (xa: columns 0..15,
 // xb: 16..31) and their sum sx.
 float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, const int sx) {
-    const uint ib = row * units + u;
 #if defined(DATA_A_Q4_0)
+    const uint ib = row * units + u;
     // Byte j holds column j (low nibble) and j + 16 (high): the low nibbles
     // of word i meet x's word i, the high ones word i + 4. Nibbles 0..15
     // are non-negative int8s, so the signed dot product takes them as they are.
@@ -87,7 +98,9 @@ float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, con
         s += dotPacked4x8EXT(int((q[i] >> 4) & 0x0F0F0F0Fu), int(xb[i]));
     }
     s -= 8 * sx;
-#else
+    return float(s) * a_scale(p.nb, ib, 0u);
+#elif defined(DATA_A_Q8_0)
+    const uint ib = row * units + u;
     const uvec4 q0 = data_a4[2u * ib];
     const uvec4 q1 = data_a4[2u * ib + 1u];
     int s = 0;
@@ -95,8 +108,25 @@ float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, con
         s += dotPacked4x8EXT(int(q0[i]), int(xa[i]));
         s += dotPacked4x8EXT(int(q1[i]), int(xb[i]));
     }
-#endif
     return float(s) * a_scale(p.nb, ib, 0u);
+#else
+    // Unit = sub-block u % 8 of block u / 8: the low (even sub-blocks) or
+    // high (odd) nibbles of the 32 bytes of its pair, byte l = column l.
+    const uint kb = row * (units / 8u) + u / 8u;
+    const uint sub = u % 8u;
+    const uint qw = (kb * PLANE0_WORDS + 8u * (sub / 2u)) / 4u;
+    const uint sh = 4u * (sub & 1u);
+    const uvec4 q0 = (data_a4[qw] >> sh) & 0x0F0F0F0Fu;
+    const uvec4 q1 = (data_a4[qw + 1u] >> sh) & 0x0F0F0F0Fu;
+    int s = 0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s += dotPacked4x8EXT(int(q0[i]), int(xa[i]));
+        s += dotPacked4x8EXT(int(q1[i]), int(xb[i]));
+    }
+    const uvec2 sm = scale_min_words(scale_words(kb), sub);
+    return (a_scale(p.nb, kb, 0u) * float(sm.x)) * float(s)
+         - (a_scale(p.nb, kb, 1u) * float(sm.y)) * float(sx);
+#endif
 }
 
 // Shuffles reduce within runs of SG lanes; wider row groups go through shared memory.
@@ -108,6 +138,11 @@ shared float red[gl_WorkGroupSize.x * NR];
 // its (f16 d, int16 sum) word in xs_s[u], as quantize_q8_1.comp lays them out.
 shared uvec4 xs_q[2u * XU];
 shared uint xs_s[XU];
+#if defined(X_Q8K)
+// q8_K: each unit's signed extreme, then each 256-block's f32 scale.
+shared float xs_e[XU];
+shared float xs_d[(XU + 7u) / 8u];
+#endif
 
 uint pack_i8x4(ivec4 q) {
     const uvec4 b = uvec4(q) & 0xFFu;
@@ -131,6 +166,70 @@ void quantize_row(const uint xv, const uint units) {
         ss = workgroup_sum(ss);
         scale = inversesqrt(ss / float(p.k) + p.eps);
     }
+#if defined(X_Q8K)
+    // act_round.comp's ROUND_Q8_K, a unit per invocation: the signed value of
+    // largest magnitude of each 256-block (the first on ties) through shared
+    // memory, iscale = -127 / it, q = min(127, roundEven(iscale x)), d = 1 / iscale.
+    for (uint u0 = 0u; u0 < units; u0 += wg) {
+        const uint u = u0 + lid;
+        const bool live = u < units;
+        vec4 v[8];
+        float amax = 0.0;
+        float m = 0.0;
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            vec4 t = live ? data_xf[xv + 8u * u + j] : vec4(0.0);
+            if (norm && live) {
+                vec4 nw = data_norm[8u * u + j];
+                if (norm1) {
+                    nw += 1.0;
+                }
+                precise vec4 xhat = t * scale;
+                precise vec4 y = xhat * nw;
+                t = y;
+            }
+            v[j] = t;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                if (abs(t[c]) > amax) {
+                    amax = abs(t[c]);
+                    m = t[c];
+                }
+            }
+        }
+        if (live) {
+            xs_e[u] = m;
+        }
+        barrier();
+        if (live) {
+            // wg is a multiple of 8: a block's units are in this round.
+            const uint b0 = u & ~7u;
+            float bmax = 0.0;
+            float bm = 0.0;
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                const float e = xs_e[b0 + j];
+                if (abs(e) > bmax) {
+                    bmax = abs(e);
+                    bm = e;
+                }
+            }
+            const float iscale = bmax != 0.0 ? div_rn(-127.0, bm) : 0.0;
+            int sum = 0;
+            uint w[8];
+            [[unroll]] for (uint j = 0u; j < 8u; j++) {
+                precise vec4 s = iscale * v[j];
+                const ivec4 q = ivec4(min(vec4(127.0), roundEven(s)));
+                sum += (q.x + q.y) + (q.z + q.w);
+                w[j] = pack_i8x4(q);
+            }
+            xs_q[2u * u] = uvec4(w[0], w[1], w[2], w[3]);
+            xs_q[2u * u + 1u] = uvec4(w[4], w[5], w[6], w[7]);
+            xs_s[u] = uint(sum) << 16;
+            if (u == b0) {
+                xs_d[u / 8u] = bmax != 0.0 ? div_rn(1.0, iscale) : 0.0;
+            }
+        }
+        barrier();
+    }
+#else
     for (uint u = lid; u < units; u += wg) {
         vec4 v[8];
         float amax = 0.0;
@@ -164,11 +263,18 @@ void quantize_row(const uint xv, const uint units) {
         xs_s[u] = (packHalf2x16(vec2(d, 0.0)) & 0xFFFFu) | (uint(sum) << 16);
     }
     barrier();
+#endif
 }
 #define X_QA(u) xs_q[2u * (u)]
 #define X_QB(u) xs_q[2u * (u) + 1u]
 #define X_SC(u) xs_s[u]
+#if defined(X_Q8K)
+#define X_DX(u, w) xs_d[(u) / 8u]
 #else
+#define X_DX(u, w) unpackHalf2x16(w).x
+#endif
+#else
+#define X_DX(u, w) unpackHalf2x16(w).x
 #define X_QA(u) data_x4[xq / 4u + 2u * (u)]
 #define X_QB(u) data_x4[xq / 4u + 2u * (u) + 1u]
 #define X_SC(u) data_xw[xsc + (u)]
@@ -211,7 +317,7 @@ void main() {
                 const uvec4 xa = X_QA(u);
                 const uvec4 xb = X_QB(u);
                 const uint xw = X_SC(u);
-                const float dx = unpackHalf2x16(xw).x;
+                const float dx = X_DX(u, xw);
                 const int sx = int(xw) >> 16;
                 // No branch per row (rows past the chunk read its last row and
                 // are never stored): the loads of all NR rows go out together.

@@ -16,7 +16,7 @@ use combs::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording, Uploade
 use combs::kv::CacheKind;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
-use combs::ops::act_round::Numerics;
+use combs::ops::act_round::{ActRounding, Numerics, act_round_ref};
 use combs::ops::glu::{Activation, act_ref};
 use combs::ops::linear::matvec_q8::{Q8Input, matvec_q8_ref, record_matvec_q8, record_quantized};
 use combs::ops::linear::{FoldedRope, Input, LinearCall, MatvecShape, Output};
@@ -416,6 +416,81 @@ fn matvec_q8_random_shapes_match_ref() {
     }
 }
 
+/// Q4_K weights on the integer path: x quantized to q8_K in every
+/// workgroup (optionally from the raw residual with the norm folded in),
+/// against llama.cpp's rounding of x (`act_round_ref`, q8_K) times the
+/// dequantized weight in f64. Both sides' terms are exact or nearly; only
+/// the f32 sums differ.
+fn check_matvec_q4k(rows: usize, cols: usize, n: usize, norm: bool, shape: Option<MatvecShape>) {
+    let ctx = int_dot_device();
+    let label = format!("matvec_q4k_{rows}x{cols}_n{n}_norm{norm}");
+    let mut rng = Rng::fresh(&label);
+    let t = QuantType::Q4K;
+    let bytes = random_weight(&mut rng, t, rows * cols);
+    let mut up = Uploader::new(&ctx).expect("staging");
+    let w =
+        QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes).expect("upload");
+    up.flush().expect("flush");
+    // A few large values make each block's extreme and its sign matter.
+    let mut x = activations(&mut rng, n * cols);
+    for i in 0..n * cols / 97 {
+        x[i * 97] *= if i % 2 == 0 { -9.0 } else { 7.0 };
+    }
+    let nw = rng.normals(cols, 1.0);
+    let (xb, nb) = (device_f32(&ctx, &x), device_f32(&ctx, &nw));
+    let out = readback(&ctx, n * rows);
+    run(&ctx, |rec| {
+        let xm = Mat::new(&xb, n, cols);
+        let norm = norm.then_some(NormWeight {
+            weight: &nb,
+            flavor: NormFlavor::Plain,
+            eps: 1e-5,
+        });
+        let call = LinearCall::new(
+            &w,
+            None,
+            Input::F32(xm),
+            Output::Store(Mat::new(&out, n, rows)),
+        )
+        .with_shape(shape);
+        record_matvec_q8(rec, &call, Q8Input::F32 { x: xm, norm }).expect("record");
+    });
+    let mut got = vec![0.0f32; n * rows];
+    out.read_slice(0, &mut got).expect("read");
+    let wf = combs::quant::dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+    for tk in 0..n {
+        let row = &x[tk * cols..(tk + 1) * cols];
+        let xin = if norm {
+            rms_norm_ref(row, Some(&nw), NormFlavor::Plain, 1e-5)
+        } else {
+            row.to_vec()
+        };
+        let xr = act_round_ref(ActRounding::Q8K, &xin);
+        let want: Vec<f32> = (0..rows)
+            .map(|r| {
+                wf[r * cols..(r + 1) * cols]
+                    .iter()
+                    .zip(&xr)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let e = rel_err(&got[tk * rows..(tk + 1) * rows], &want);
+        // With the norm folded, the GPU's f32 sum of squares may move a value
+        // on a rounding boundary by one step of q8_K.
+        let bound = if norm { 2e-3 } else { 1e-5 };
+        assert!(e < bound, "{label} token {tk} shape {shape:?}: {e}");
+    }
+}
+
+#[test]
+fn matvec_q4k_matches_llama_cpp_rounding() {
+    check_matvec_q4k(64, 256, 1, false, None);
+    check_matvec_q4k(37, 2048, 2, false, mv(32, 3, 1, 2, 64));
+    check_matvec_q4k(75, 256 * 7, 3, true, mv(16, 2, 2, 1, 128));
+    check_matvec_q4k(40, 256 * 9, 1, true, mv(8, 4, 1, 2, 256));
+}
+
 /// The quantizer and the matvec recorded together (`record_quantized`), the
 /// norm folded into the quantizer, against the f32 matvec on the CPU: the
 /// integer path's whole error is llama.cpp's rounding of x.
@@ -508,9 +583,17 @@ fn model_int_dot_matches_act_round() {
     let mut rng = Rng::fresh("model_int_dot");
     let (mut clean, mut total) = (0, 0);
     for _ in 0..5 {
-        for (arch, t) in [("llama", QuantType::Q4_0), ("qwen2", QuantType::Q8_0)] {
+        for (arch, t) in [
+            ("llama", QuantType::Q4_0),
+            ("qwen2", QuantType::Q8_0),
+            ("llama", QuantType::Q4K),
+        ] {
             let mut cfg = SynthConfig::preset("tiny", t).expect("preset");
             cfg.arch = arch.to_string();
+            if t == QuantType::Q4K {
+                // Rows of whole 256-blocks.
+                (cfg.n_embd, cfg.head_dim, cfg.n_ff) = (256, 64, 512);
+            }
             cfg.seed = rng.next_u64();
             let n_vocab = cfg.n_vocab;
             let prompt: Vec<u32> = (0..7).map(|_| rng.below(n_vocab) as u32).collect();
@@ -563,7 +646,8 @@ fn plan_int_dot_only_for_llama_cpp_decode() {
     let on = planner(Numerics::LlamaCppCpu, IntDot::On);
     assert!(on.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0));
     assert!(on.plan(&ctx, 8, true).int_dot_for(QuantType::Q8_0));
-    assert!(!on.plan(&ctx, 1, true).int_dot_for(QuantType::Q4K));
+    assert!(on.plan(&ctx, 1, true).int_dot_for(QuantType::Q4K));
+    assert!(!on.plan(&ctx, 1, true).int_dot_for(QuantType::Q6K));
     assert!(!on.plan(&ctx, 9, false).int_dot_for(QuantType::Q4_0));
     let exact = planner(Numerics::Exact, IntDot::On);
     assert!(!exact.plan(&ctx, 1, true).int_dot_for(QuantType::Q4_0));

@@ -22,7 +22,7 @@ use crate::ops::params::MatvecQ8Params;
 use crate::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
 use crate::ops::rms_norm::{NormFlavor, NormWeight};
 use crate::ops::{kernel_subgroup, pc_u32};
-use crate::quant::QuantType;
+use crate::quant::{QuantType, QuantWeight};
 
 /// Whether the integer matvec can run on this device (Vulkan 1.3's
 /// `shaderIntegerDotProduct`; fast only where
@@ -31,9 +31,30 @@ pub fn available(ctx: &GpuContext) -> bool {
     ctx.caps().int_dot
 }
 
-/// Whether the integer matvec takes weights of type `t`.
+/// Whether the integer matvec takes weights of type `t` (Q4_K only with
+/// x quantized in the workgroup: see [`takes`]).
 pub fn supports(t: QuantType) -> bool {
-    matches!(t, QuantType::Q4_0 | QuantType::Q8_0)
+    matches!(t, QuantType::Q4_0 | QuantType::Q8_0 | QuantType::Q4K)
+}
+
+/// Whether `t` has no quantizer kernel of its own (Q4_K's q8_K blocks are
+/// made only inside the matvec's workgroups).
+fn in_workgroup_only(t: QuantType) -> bool {
+    t == QuantType::Q4K
+}
+
+/// The most rows of one chunk of `w` (one dispatch each).
+fn max_chunk_rows(w: &QuantWeight) -> usize {
+    w.chunks().iter().map(|c| c.n_rows).max().unwrap_or(0)
+}
+
+/// Whether [`record_quantized`] can record a decode product of `w`: a type
+/// the integer matvec takes, and for Q4_K a row of x that every workgroup
+/// can quantize itself.
+pub fn takes(ctx: &GpuContext, w: &QuantWeight) -> bool {
+    supports(w.qtype())
+        && (!in_workgroup_only(w.qtype())
+            || quantizes_in_workgroup(ctx, max_chunk_rows(w), w.cols()))
 }
 
 /// Whether a call of `n` tokens of `t` can take the integer path.
@@ -109,13 +130,20 @@ fn shared_bytes(shape: &MatvecShape, cols: usize) -> usize {
     cols / 32 * 36 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
 }
 
-/// Whether every workgroup can quantize a row of `cols` for itself (its
-/// shared memory holds the row's 36 bytes per 32 columns).
+/// Most workgroups per token that each quantize the row themselves: past
+/// this (an output head of 128k rows has ~4000) the repeated quantization
+/// costs more than the quantizer's own dispatch.
+const MAX_QUANTIZING_WORKGROUPS: usize = 1024;
+
+/// Whether every workgroup of a `rows` × `cols` product should quantize
+/// its row of x for itself: its shared memory holds the row's 36 bytes per
+/// 32 columns, and there are few enough workgroups.
 pub fn quantizes_in_workgroup(ctx: &GpuContext, rows: usize, cols: usize) -> bool {
     let shape = choose_shape(ctx, rows, cols);
     let mut wide = shape;
     wide.nr += wide.nr % 2;
     shared_bytes(&wide, cols) <= ctx.caps().max_shared_memory as usize
+        && rows.div_ceil(wide.rows_per_workgroup()) <= MAX_QUANTIZING_WORKGROUPS
 }
 
 /// Records `call` on the integer path: the matvec quantizing its f32 input
@@ -138,14 +166,10 @@ pub fn record_quantized(
             return Err(unsupported("matvec_q8", call));
         }
     };
-    let rows = call
-        .weight
-        .chunks()
-        .iter()
-        .map(|c| c.n_rows)
-        .max()
-        .unwrap_or(0);
-    if call.matvec_shape.is_none() && quantizes_in_workgroup(rec.context(), rows, x.cols) {
+    let rows = max_chunk_rows(call.weight);
+    if in_workgroup_only(call.weight.qtype())
+        || (call.matvec_shape.is_none() && quantizes_in_workgroup(rec.context(), rows, x.cols))
+    {
         return record_matvec_q8(rec, call, Q8Input::F32 { x, norm });
     }
     let xq = Q8Rows::new(scratch, x.rows, x.cols);
@@ -171,7 +195,7 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
         return Err(ModelError::kernel(
             "matvec_q8",
             format!(
-                "`{}`: {} weights, {n} tokens (Q4_0 / Q8_0, 1..={MATVEC_MAX_TOKENS})",
+                "`{}`: {} weights, {n} tokens (Q4_0 / Q8_0 / Q4_K, 1..={MATVEC_MAX_TOKENS})",
                 w.name(),
                 w.qtype()
             ),
@@ -220,6 +244,16 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
         Q8Input::F32 { norm, .. } => (true, norm),
         Q8Input::Quantized(_) => (false, None),
     };
+    if in_workgroup_only(w.qtype()) && !in_wg {
+        return Err(ModelError::kernel(
+            "matvec_q8",
+            format!(
+                "`{}`: {} weights take x in f32 (quantized to q8_K in the workgroup)",
+                w.name(),
+                w.qtype()
+            ),
+        ));
+    }
     let (glu, rope) = super::matvec::epilogue(call, "matvec_q8")?;
     let mut flags = call.store_flags(MatvecQ8Params::ACCUMULATE, MatvecQ8Params::BIAS);
     if rope.is_some() {
@@ -240,6 +274,7 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
     let kernel = match (w.qtype(), in_wg) {
         (QuantType::Q8_0, false) => Kernel::MatvecQ80Q81,
         (QuantType::Q8_0, true) => Kernel::MatvecQ80Q81Xf32,
+        (QuantType::Q4K, _) => Kernel::MatvecQ4KQ8KXf32,
         (_, false) => Kernel::MatvecQ40Q81,
         (_, true) => Kernel::MatvecQ40Q81Xf32,
     };
@@ -272,7 +307,7 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
         let params = MatvecQ8Params {
             k: pc_u32("k", k)?,
             m: pc_u32("m", chunk.n_rows)?,
-            nb: pc_u32("nb", chunk.n_rows * k / 32)?,
+            nb: pc_u32("nb", chunk.n_rows * k / w.qtype().block_size())?,
             row_offset: pc_u32("row_offset", chunk.row_start)?,
             x_offset: pc_u32("x_offset", x_offset)?,
             d_offset: pc_u32("d_offset", d_off)?,

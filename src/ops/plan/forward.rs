@@ -360,10 +360,12 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// `consumers`: all of them take that path (the others would need the
     /// norm on its own).
     fn int_dot_folds_norm(&self, consumers: &[&Linear]) -> bool {
-        self.plan.quantizer_folds_norm()
-            && consumers
-                .iter()
-                .all(|w| self.plan.int_dot_for(w.weight.qtype()))
+        self.plan.quantizer_folds_norm() && consumers.iter().all(|w| self.int_dot_takes(w))
+    }
+
+    /// Whether `w`'s decode products take the integer path.
+    fn int_dot_takes(&self, w: &Linear) -> bool {
+        self.plan.int_dot_for(w.weight.qtype()) && matvec_q8::takes(self.rec.context(), &w.weight)
     }
 
     fn square_sums(&self) -> SquareSums<'a> {
@@ -428,7 +430,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             Input::Normed { .. } => true,
             Input::F16(_) | Input::NormedBySquares { .. } => false,
         };
-        if int_input && self.plan.int_dot_for(w.weight.qtype()) {
+        if int_input && self.int_dot_takes(w) {
             // The plan holds integer paths only for Vulkan recordings.
             let call = LinearCall::new(&w.weight, w.bias.as_ref(), input, output);
             return matvec_q8::record_quantized(self.rec, &call, &self.ws.xq);
