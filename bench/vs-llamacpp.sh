@@ -13,7 +13,7 @@
 # token). `--pp 2048,8192` adds prefill-only rows of those prompt lengths.
 # Prints one table: pp512 and tg128 tokens/s of both and the ratio
 # combs/llama.cpp, then load time and first token of the 512-token prompt.
-# For Q4_0 / Q8_0 files a second combs tg128 runs under `--numerics
+# For Q4_0 / Q8_0 / Q4_K files a second combs tg128 runs under `--numerics
 # llama.cpp` (activations quantized to 8-bit blocks, integer dot products:
 # what llama.cpp's own GPU matvecs do); `--no-q8` skips it.
 set -euo pipefail
@@ -56,7 +56,7 @@ for c in "${cases[@]}"; do
     ours="$("$combs" bench -m "$f" -p 512 -n 128 -r "$reps" --json)"
     theirs="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 128 -r "$reps" 2>"$dir/llamacpp-$preset-$type.log" | tail -1)"
     int='{}'
-    if ((q8)) && [[ $type == q4_0 || $type == q8_0 ]]; then
+    if ((q8)) && [[ $type == q4_0 || $type == q8_0 || $type == q4_k ]]; then
         int="$("$combs" bench -m "$f" -p 0 -n 128 -r "$reps" --numerics llama.cpp --json)"
     fi
     rows+=("$preset|$type|$ours|$theirs|$int")
