@@ -102,8 +102,21 @@ fn check_split(arch: &str, window: usize) {
             assert_eq!(models.len(), 1);
             let stages = models[0].stages().expect("a split model");
             assert_eq!(stages.len(), n_dev);
-            for (st, ctx) in stages.iter().zip(&ctxs) {
+            // By free memory (empty), the ranges depend on what the
+            // contexts hold; they still cover the blocks in order.
+            let ranges = if split.is_empty() {
+                let v: Vec<_> = stages.iter().map(|st| st.layers()).collect();
+                assert!(
+                    v.windows(2)
+                        .all(|w| w[0].end == w[1].start && !w[0].is_empty())
+                );
+                v
+            } else {
+                layer_ranges(cfg.n_layer, &split).expect("ranges")
+            };
+            for ((st, ctx), r) in stages.iter().zip(&ctxs).zip(ranges) {
                 assert!(Arc::ptr_eq(st.context(), ctx), "stage on its own device");
+                assert_eq!(st.layers(), r);
             }
             let got = run(models[0].clone(), &prompt, &more);
             assert_eq!(got.len(), want.len());
@@ -275,7 +288,8 @@ fn replicas_place_sessions_by_free_memory() {
     let mut rng = Rng::fresh("multi_device_placement");
     let cfg = config("llama", &mut rng, 0);
     let path = model_file(&cfg, "placement");
-    let ctxs = [gpu(), another_gpu()];
+    // Contexts of this test alone: it sets their budgets.
+    let ctxs = [another_gpu(), another_gpu()];
     let opts = LoadOptions {
         split_mode: SplitMode::Replica,
         placement: Placement::MostFreeMemory,
@@ -293,5 +307,52 @@ fn replicas_place_sessions_by_free_memory() {
         })
         .expect("session");
     assert!(Arc::ptr_eq(s.model(), &model.replicas()[1]));
-    ctxs[0].set_memory_budget(0);
+}
+
+#[test]
+fn batch_calls_on_a_split_model_equal_lone_sessions() {
+    let mut rng = Rng::fresh("multi_device_split_batch");
+    let cfg = config("llama", &mut rng, 0);
+    let path = model_file(&cfg, "split-batch");
+    let opts = LoadOptions {
+        tensor_split: vec![2.0, 3.0],
+        ..LoadOptions::default()
+    };
+    let split = Model::load_on(&[gpu(), another_gpu()], &path, &opts).expect("load split");
+    let alone = Model::load(&gpu(), &path, &LoadOptions::default()).expect("load one");
+    let _ = std::fs::remove_file(&path);
+    let sopts = SessionOptions {
+        n_ctx: 64,
+        kv_kind: CacheKind::Paged,
+        page_size: 16,
+        ..Default::default()
+    };
+    let prompts: Vec<Vec<u32>> = (0..3)
+        .map(|i| (0..4 + i).map(|_| rng.below(cfg.n_vocab) as u32).collect())
+        .collect();
+    let views: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let mut got: Vec<Session> = (0..3).map(|_| split.new_session(&sopts).unwrap()).collect();
+    let mut want: Vec<Session> = (0..3).map(|_| alone.new_session(&sopts).unwrap()).collect();
+    let tokens = [3u32, 5, 7];
+    // A split model's sessions step one after another: each as alone.
+    let mut refs: Vec<&mut Session> = got.iter_mut().collect();
+    split
+        .prefill_batch(&mut refs, &views)
+        .expect("prefill batch");
+    split
+        .decode_batch(&mut refs, &tokens)
+        .expect("decode batch");
+    for ((s, p), &t) in want.iter_mut().zip(&prompts).zip(&tokens) {
+        s.prefill(p).expect("prefill");
+        s.decode(t).expect("decode");
+    }
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(a.tokens(), b.tokens());
+        let same = a
+            .logits()
+            .iter()
+            .zip(b.logits())
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "max rel {}", max_rel(a.logits(), b.logits()));
+    }
 }

@@ -292,11 +292,6 @@ impl LlamaModel {
         })
     }
 
-    /// The blocks this model holds.
-    pub fn layers(&self) -> Range<usize> {
-        self.layers.clone()
-    }
-
     /// The per-layer cache geometry of the blocks this model holds.
     pub fn layer_geometry(&self) -> Vec<LayerGeometry> {
         self.layers
@@ -433,6 +428,10 @@ impl Architecture for LlamaModel {
             total += b.wo.device_bytes() + b.down.device_bytes();
         }
         total
+    }
+
+    fn layers(&self) -> Range<usize> {
+        self.layers.clone()
     }
 
     fn same_rope(&self, a: usize, b: usize) -> bool {

@@ -32,6 +32,7 @@ pub mod synth;
 pub mod whisper;
 pub mod whisper_reference;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 pub use registry::{LoadOptions, ModelRegistry};
@@ -251,6 +252,12 @@ pub trait GenerativeModel: Send + Sync {
         self.spec().n_embd
     }
 
+    /// The blocks this model holds: all of them, or one device's share of
+    /// a model split by layers.
+    fn layers(&self) -> Range<usize> {
+        0..self.spec().n_layer
+    }
+
     /// The stages of a model split by layers over several devices, in
     /// order (`None`: the model is on one device). A
     /// [`Session`](crate::runtime::Session) runs them one after the other.
@@ -411,6 +418,11 @@ pub trait Architecture: Send + Sync {
         let _ = (a, b);
         true
     }
+
+    /// As [`GenerativeModel::layers`].
+    fn layers(&self) -> Range<usize> {
+        0..self.spec().n_layer
+    }
 }
 
 /// An architecture ready for the runtime: the planner's settings and the
@@ -563,5 +575,9 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
 
     fn same_rope(&self, a: usize, b: usize) -> bool {
         self.arch.same_rope(a, b)
+    }
+
+    fn layers(&self) -> Range<usize> {
+        self.arch.layers()
     }
 }

@@ -170,7 +170,8 @@ impl Model {
     /// Evaluates `tokens[i]` after what `sessions[i]` holds for every session
     /// in one forward pass (see [`BatchRunner::decode`]). The sessions must be
     /// paged sessions of this model with one page size. Over replicas,
-    /// each device's sessions run as one batch on a thread of their own.
+    /// each device's sessions run as one batch on a thread of their own;
+    /// on a model split by layers, the sessions step one after another.
     ///
     /// # Errors
     /// As [`BatchRunner::decode`]; over replicas, where one device's batch
@@ -181,6 +182,13 @@ impl Model {
                 "tokens",
                 format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
             ));
+        }
+        if self.weights.stages().is_some() {
+            // No batched pass over a split yet: one session after another.
+            return sessions
+                .iter_mut()
+                .zip(tokens)
+                .try_for_each(|(s, &t)| s.decode(t));
         }
         self.per_replica(sessions, tokens, |b, ss, ts| b.decode(ss, ts))
     }
@@ -196,6 +204,12 @@ impl Model {
                 "prompts",
                 format!("{} prompts for {} sessions", prompts.len(), sessions.len()),
             ));
+        }
+        if self.weights.stages().is_some() {
+            return sessions
+                .iter_mut()
+                .zip(prompts)
+                .try_for_each(|(s, p)| s.prefill(p));
         }
         self.per_replica(sessions, prompts, |b, ss, ps| b.prefill(ss, ps))
     }
