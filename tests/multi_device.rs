@@ -356,3 +356,61 @@ fn batch_calls_on_a_split_model_equal_lone_sessions() {
         assert!(same, "max rel {}", max_rel(a.logits(), b.logits()));
     }
 }
+
+#[test]
+fn split_loads_a_model_too_big_for_one_device() {
+    let mut rng = Rng::fresh("multi_device_too_big");
+    let mut cfg = config("llama", &mut rng, 0);
+    (cfg.n_vocab, cfg.n_embd, cfg.n_ff, cfg.n_layer) = (2048, 256, 1024, 6);
+    (cfg.n_head, cfg.n_head_kv, cfg.head_dim) = (4, 2, 64);
+    let g = gguf(&cfg);
+    let reg = ModelRegistry::new();
+    let sopts = SessionOptions {
+        n_ctx: 64,
+        n_batch: 8,
+        ..Default::default()
+    };
+    // What the whole model and one session take on one device.
+    let probe = another_gpu();
+    let base = probe.memory_in_use();
+    let one = reg
+        .load(&probe, &g, &LoadOptions::default())
+        .expect("load unbudgeted");
+    let weights = probe.memory_in_use() - base;
+    let mut want = Session::new(one, &sopts).expect("session");
+    let session = probe.memory_in_use() - base - weights;
+    assert!(
+        session * 4 < weights,
+        "the weights dominate ({weights} against {session})"
+    );
+    // Devices with room for 70% of the weights and a session each.
+    let budgeted = || {
+        let c = another_gpu();
+        c.set_memory_budget(c.memory_in_use() + weights * 7 / 10 + 2 * session);
+        c
+    };
+    let ctxs = [budgeted(), budgeted()];
+    let err = reg
+        .load(&ctxs[0], &g, &LoadOptions::default())
+        .err()
+        .expect("the model does not fit one device");
+    assert!(
+        matches!(err.root(), combs::ModelError::MemoryBudget { .. }),
+        "{err}"
+    );
+    let split = reg
+        .load_on(&ctxs, &g, &LoadOptions::default())
+        .expect("split over two devices");
+    let mut got = Session::new(split[0].clone(), &sopts).expect("session on the split");
+    let prompt: Vec<u32> = (0..11).map(|_| rng.below(cfg.n_vocab) as u32).collect();
+    for s in [&mut got, &mut want] {
+        s.prefill(&prompt).expect("prefill");
+        s.decode(9).expect("decode");
+    }
+    let same = got
+        .logits()
+        .iter()
+        .zip(want.logits())
+        .all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same, "max rel {}", max_rel(got.logits(), want.logits()));
+}

@@ -166,7 +166,10 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// needs to carry on as one device would: the call's rows of the
     /// residual stream, then the sums of squares the last product wrote
     /// (without them the next block would take its norm another way, and
-    /// round differently). Returns whether the sums are valid.
+    /// round differently). Returns whether the sums are valid. Plans write
+    /// them only in batched decode steps on devices with cooperative
+    /// matrices, so a session's calls hand on none today; the copy keeps a
+    /// split bit-identical where a plan starts writing them.
     ///
     /// # Errors
     /// `dst` smaller than [`Forward::stream_row_floats`] × the call's rows.
