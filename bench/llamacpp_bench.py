@@ -4,6 +4,7 @@ wheel: cyllama-vulkan on a GPU machine), printed as one JSON line in the
 shape `combs bench --json` uses for the fields the comparison reads.
 
     python3 bench/llamacpp_bench.py MODEL.gguf [-p 512] [-n 128] [-r 3]
+        [--split-mode none|layer] [--tensor-split 0.5,0.5]
 
 pp: one batch of -p tokens from an empty context; tg: -n single-token
 decodes from an empty context. Timed as llama-bench times it: the context
@@ -15,6 +16,12 @@ timings end by reading the logits once and the JSON says so ("sync").
 llama.cpp's own per-context counters (decode start to synchronize) are
 reported beside them as "perf". One warm-up run precedes the timed ones;
 medians.
+
+`--split-mode layer` spreads the model over every GPU the Vulkan backend
+sees (as `llama-bench -sm layer`), `--tensor-split` gives each one's share
+(`-ts`); `none` keeps it on the first (`GGML_VK_VISIBLE_DEVICES` picks
+which GPUs are seen). A wheel whose model parameters lack these fields
+fails here rather than measuring something else.
 """
 import argparse
 import json
@@ -29,6 +36,8 @@ def main() -> int:
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--split-mode", choices=["none", "layer"], default=None)
+    ap.add_argument("--tensor-split", default=None)
     a = ap.parse_args()
 
     import cyllama.llama.llama_cpp as cy
@@ -40,6 +49,15 @@ def main() -> int:
     t_start = time.perf_counter()
     mp = cy.LlamaModelParams()
     mp.n_gpu_layers = 999
+    if a.split_mode is not None:
+        # llama.h: LLAMA_SPLIT_MODE_NONE 0, LLAMA_SPLIT_MODE_LAYER 1.
+        if not hasattr(mp, "split_mode"):
+            raise SystemExit("this wheel's LlamaModelParams has no split_mode")
+        mp.split_mode = {"none": 0, "layer": 1}[a.split_mode]
+    if a.tensor_split:
+        if not hasattr(mp, "tensor_split"):
+            raise SystemExit("this wheel's LlamaModelParams has no tensor_split")
+        mp.tensor_split = [float(v) for v in a.tensor_split.split(",")]
     model = cy.LlamaModel(a.model, mp)
     cp = cy.LlamaContextParams()
     cp.n_ctx = a.p + a.n + 16
@@ -113,6 +131,8 @@ def main() -> int:
     out = {
         "model": a.model.rsplit("/", 1)[-1],
         "engine": "llama.cpp (cyllama-vulkan)",
+        "split_mode": a.split_mode,
+        "tensor_split": a.tensor_split,
         "sync": how,
         "load_ms": load_ms,
         "first_token_ms": first_token_ms or 0.0,

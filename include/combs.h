@@ -7,6 +7,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// How a model loaded on a runtime of several devices uses them.
+typedef enum combs_split_mode {
+  // Contiguous ranges of blocks per device, as llama.cpp's
+  // `--split-mode layer`: a model too big for one device; each session
+  // runs the devices one after another, its KV cache shared out with
+  // the blocks.
+  COMBS_SPLIT_LAYER = 0,
+  // A whole model on every device: sessions are spread over them and
+  // `combs_batch_decode()` runs each device's sessions at once.
+  COMBS_SPLIT_REPLICA = 1,
+} combs_split_mode;
+
+// Which device a new session of a replicated model goes to.
+typedef enum combs_placement {
+  // Each device in turn.
+  COMBS_PLACEMENT_ROUND_ROBIN = 0,
+  // The device with the most free memory (under its budget, if set).
+  COMBS_PLACEMENT_FREE_MEMORY = 1,
+} combs_placement;
+
 // Result of every fallible C call. `COMBS_OK` is 0; on any other value
 // `combs_last_error()` describes what failed on this thread.
 typedef enum combs_status {
@@ -99,8 +119,24 @@ typedef struct combs_runtime_options {
   // past it fails with `COMBS_ERR_OUT_OF_MEMORY` and a message naming the
   // tensor, cache or buffer, the bytes asked for, the bytes in use and
   // the budget; what it had allocated is freed and the runtime stays
-  // usable. (The driver refusing memory gives the same status.)
+  // usable. (The driver refusing memory gives the same status.) With
+  // several devices, the budget of each.
   uint64_t memory_budget;
+  // Several devices: `n_devices` device indices (an index may repeat:
+  // the same device opened twice, for tests on one GPU); NULL or
+  // `n_devices` 0: the one device of `device_index`. Read during
+  // `combs_runtime_create()` only.
+  const int32_t *device_indices;
+  // Entries of `device_indices` (and of `tensor_split`).
+  size_t n_devices;
+  // How a model uses several devices.
+  enum combs_split_mode split_mode;
+  // Under `COMBS_SPLIT_LAYER`, each device's share of the blocks
+  // (`n_devices` values ≥ 0, as llama.cpp's `--tensor-split`); NULL:
+  // by each device's free memory. Read during `combs_runtime_create()`.
+  const float *tensor_split;
+  // Under `COMBS_SPLIT_REPLICA`, which device a new session goes to.
+  enum combs_placement placement;
 } combs_runtime_options;
 
 // Options of `combs_model_load()`; start from `combs_model_default_options()`.
@@ -285,10 +321,12 @@ const char *combs_last_error(void);
 // Never NULL; the string must not be freed.
 const char *combs_status_str(combs_status s);
 
-// The default runtime options (`device_index` -1, `memory_budget` 0).
+// The default runtime options (`device_index` -1, `memory_budget` 0, one
+// device, layer split by free memory, round-robin placement).
 struct combs_runtime_options combs_runtime_default_options(void);
 
-// Opens a Vulkan device. `opts` may be NULL for the defaults. On success
+// Opens a Vulkan device, or several (`device_indices`). `opts` may be
+// NULL for the defaults. On success
 // `*out` receives a runtime to release with `combs_runtime_free()`; on
 // failure it is set to NULL.
 //
@@ -298,12 +336,16 @@ struct combs_runtime_options combs_runtime_default_options(void);
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `out`, `device_index` below -1 or past
-// the last device, a malformed `COMBS_DEVICE`), `COMBS_ERR_DEVICE` (no
+// the last device, a malformed `COMBS_DEVICE`, more than 64 devices, a
+// `split_mode` or `placement` outside its enum, a share below 0 or not
+// finite), `COMBS_ERR_DEVICE` (no
 // Vulkan loader or device), `COMBS_ERR_UNSUPPORTED` (the device lacks a
 // feature combs needs).
 //
 // # Safety
-// `opts` is NULL or points to a `combs_runtime_options`; `out` is writable.
+// `opts` is NULL or points to a `combs_runtime_options` whose
+// `device_indices` and `tensor_split` are NULL or point to `n_devices`
+// values each; `out` is writable.
 enum combs_status combs_runtime_create(const struct combs_runtime_options *opts,
                                        struct combs_runtime **out);
 
@@ -317,7 +359,8 @@ void combs_runtime_free(struct combs_runtime *rt);
 // The default model options (no progress bar, exact numerics).
 struct combs_model_options combs_model_default_options(void);
 
-// Loads a GGUF model file onto the runtime's device. `opts` may be NULL for
+// Loads a GGUF model file onto the runtime's device (or devices: split by
+// layers or one replica on each, as the runtime's options say). `opts` may be NULL for
 // the defaults. On success `*out` receives a model to release with
 // `combs_model_free()`; on failure it is set to NULL and
 // `combs_last_error()` names the file and what is wrong with it (byte

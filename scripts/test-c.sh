@@ -4,7 +4,9 @@
 # scripts/install.sh, builds examples/c against the installed package — with
 # CMake (find_package(combs)) and with pkg-config (the README example) — and
 # runs ctest: generate.c and chat.cpp against `combs run --temp 0`, errors.c
-# (every error path), sessions.c (independent sessions, two threads) and
+# (every error path), sessions.c (independent sessions, two threads),
+# devices.c (one model split over two devices and replicated on them: the
+# first device opened twice) and
 # generate.c under valgrind memcheck (when valgrind is installed).
 #
 #   scripts/test-c.sh            # model: SmolLM2-135M-Instruct from the cache

@@ -281,6 +281,75 @@ fn rows() -> Vec<Row> {
                 combs_runtime_create(&o, out())
             }
         ),
+        row!(
+            "split_mode 7",
+            "combs_runtime_create",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "split_mode",
+            |_f| {
+                let o = with_raw_i32(
+                    combs_runtime_default_options(),
+                    offset_of!(combs_runtime_options, split_mode),
+                    7,
+                );
+                combs_runtime_create(o.as_ptr(), out())
+            }
+        ),
+        row!(
+            "placement -1",
+            "combs_runtime_create",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "placement",
+            |_f| {
+                let o = with_raw_i32(
+                    combs_runtime_default_options(),
+                    offset_of!(combs_runtime_options, placement),
+                    -1,
+                );
+                combs_runtime_create(o.as_ptr(), out())
+            }
+        ),
+        row!(
+            "device_indices with a -2",
+            "combs_runtime_create",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "device_indices",
+            |_f| {
+                static DEVICES: [i32; 2] = [0, -2];
+                let mut o = combs_runtime_default_options();
+                o.device_indices = DEVICES.as_ptr();
+                o.n_devices = 2;
+                combs_runtime_create(&o, out())
+            }
+        ),
+        row!(
+            "n_devices 65",
+            "combs_runtime_create",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "n_devices",
+            |_f| {
+                static DEVICES: [i32; 65] = [0; 65];
+                let mut o = combs_runtime_default_options();
+                o.device_indices = DEVICES.as_ptr();
+                o.n_devices = 65;
+                combs_runtime_create(&o, out())
+            }
+        ),
+        row!(
+            "tensor_split with a negative share",
+            "combs_runtime_create",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "tensor_split",
+            |_f| {
+                static DEVICES: [i32; 2] = [0, 0];
+                static SHARES: [f32; 2] = [1.0, -1.0];
+                let mut o = combs_runtime_default_options();
+                o.device_indices = DEVICES.as_ptr();
+                o.n_devices = 2;
+                o.tensor_split = SHARES.as_ptr();
+                combs_runtime_create(&o, out())
+            }
+        ),
         // --- model load ---
         row!(
             "NULL rt",

@@ -71,7 +71,8 @@ pub extern "C" fn combs_model_default_options() -> combs_model_options {
     guard_const("combs_model_default_options", d)
 }
 
-/// Loads a GGUF model file onto the runtime's device. `opts` may be NULL for
+/// Loads a GGUF model file onto the runtime's device (or devices: split by
+/// layers or one replica on each, as the runtime's options say). `opts` may be NULL for
 /// the defaults. On success `*out` receives a model to release with
 /// `combs_model_free()`; on failure it is set to NULL and
 /// `combs_last_error()` names the file and what is wrong with it (byte
@@ -111,16 +112,12 @@ pub unsafe extern "C" fn combs_model_load(
             "numerics",
             "combs_numerics (0: exact, 1: llama.cpp)",
         )?;
-        let model = Model::load(
-            &rt.ctx,
-            path,
-            &LoadOptions {
-                show_progress,
-                numerics,
-                ..LoadOptions::default()
-            },
-        )
-        .map_err(|e| file_failure(path, e))?;
+        let opts = rt.load_options(LoadOptions {
+            show_progress,
+            numerics,
+            ..LoadOptions::default()
+        });
+        let model = Model::load_on(&rt.ctxs, path, &opts).map_err(|e| file_failure(path, e))?;
         Ok(combs_model {
             model: Arc::new(model),
         })

@@ -5,13 +5,14 @@
 //! file holds the weights and states what each block computes
 //! ([`DecoderBlock`]); the planner (`ops::plan`) picks the kernels.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::Architecture;
 use super::loader::TensorLoader;
 use super::registry::LoadOptions;
 use super::spec::{ArchSpec, Family};
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::{Buffer, GpuContext, upload_new};
 use crate::kv::LayerGeometry;
@@ -118,9 +119,16 @@ impl RopeFreqs {
 pub struct LlamaModel {
     ctx: Arc<GpuContext>,
     spec: ArchSpec,
-    token_embd: Linear,
-    output_norm: Arc<Buffer>,
-    /// `None` when the output head is the token embedding.
+    /// The blocks this model holds: all of them, or one device's share of
+    /// a model split over several.
+    layers: Range<usize>,
+    /// On the device of the first block, and on that of the last where the
+    /// output head is the embedding table.
+    token_embd: Option<Linear>,
+    /// On the device of the last block only.
+    output_norm: Option<Arc<Buffer>>,
+    /// `None` when the output head is the token embedding (or is on
+    /// another device).
     output: Option<Linear>,
     blocks: Vec<Block>,
 }
@@ -136,11 +144,47 @@ impl LlamaModel {
         spec: ArchSpec,
         opts: &LoadOptions,
     ) -> Result<Self> {
+        let all = 0..spec.n_layer;
+        Self::load_layers(ctx, g, spec, opts, all)
+    }
+
+    /// Uploads blocks `layers` only, with the token embedding where they
+    /// start at block 0 and the output head where they end at the last
+    /// block: one device's share of a model split by layers.
+    ///
+    /// # Errors
+    /// An empty range or one past the model's blocks, and the errors of
+    /// [`LlamaModel::load`].
+    pub fn load_layers(
+        ctx: &Arc<GpuContext>,
+        g: &GgufFile,
+        spec: ArchSpec,
+        opts: &LoadOptions,
+        layers: Range<usize>,
+    ) -> Result<Self> {
+        if layers.is_empty() || layers.end > spec.n_layer {
+            return Err(ModelError::invalid(
+                "layers",
+                format!(
+                    "blocks {}..{} of a model of {}",
+                    layers.start, layers.end, spec.n_layer
+                ),
+            ));
+        }
+        let (first, last) = (layers.start == 0, layers.end == spec.n_layer);
         let mut ld = TensorLoader::new(ctx, g, opts.show_progress)?;
         let (e, v) = (spec.n_embd, spec.n_vocab);
-        let token_embd = ld.linear("token_embd", v, e, false)?;
-        let output_norm = ld.vector("output_norm.weight", e)?;
-        let output = if spec.tied_embeddings {
+        let token_embd = if first || (last && spec.tied_embeddings) {
+            Some(ld.linear("token_embd", v, e, false)?)
+        } else {
+            None
+        };
+        let output_norm = if last {
+            Some(ld.vector("output_norm.weight", e)?)
+        } else {
+            None
+        };
+        let output = if spec.tied_embeddings || !last {
             None
         } else {
             Some(ld.linear("output", v, e, false)?)
@@ -152,8 +196,8 @@ impl LlamaModel {
         } else {
             global.clone()
         };
-        let mut blocks = Vec::with_capacity(spec.n_layer);
-        for il in 0..spec.n_layer {
+        let mut blocks = Vec::with_capacity(layers.len());
+        for il in layers.clone() {
             let rope = if spec.window_of(il) > 0 {
                 local.clone()
             } else {
@@ -165,6 +209,7 @@ impl LlamaModel {
         Ok(LlamaModel {
             ctx: ctx.clone(),
             spec,
+            layers,
             token_embd,
             output_norm,
             output,
@@ -247,9 +292,10 @@ impl LlamaModel {
         })
     }
 
-    /// The per-layer cache geometry.
+    /// The per-layer cache geometry of the blocks this model holds.
     pub fn layer_geometry(&self) -> Vec<LayerGeometry> {
-        (0..self.spec.n_layer)
+        self.layers
+            .clone()
             .map(|il| LayerGeometry {
                 n_head_kv: self.spec.n_head_kv,
                 head_dim: self.spec.head_dim,
@@ -268,7 +314,7 @@ impl LlamaModel {
 
     /// What block `il` computes, for sequences of `n_ctx` positions.
     fn block(&self, il: usize, n_ctx: usize) -> DecoderBlock<'_> {
-        let (sp, b) = (&self.spec, &self.blocks[il]);
+        let (sp, b) = (&self.spec, &self.blocks[il - self.layers.start]);
         DecoderBlock {
             attn_norm: self.norm(&b.attn_norm),
             qkv: match &b.qkv {
@@ -340,29 +386,34 @@ impl Architecture for LlamaModel {
         }
     }
 
-    fn embedding(&self) -> (&QuantWeight, f32) {
-        (&self.token_embd.weight, self.spec.embed_scale)
+    fn embedding(&self) -> Option<(&QuantWeight, f32)> {
+        if self.layers.start != 0 {
+            return None;
+        }
+        let table = self.token_embd.as_ref()?;
+        Some((&table.weight, self.spec.embed_scale))
     }
 
     fn blocks(&self, f: &mut Forward<'_, '_>) -> Result<()> {
         let n_ctx = f.n_ctx();
-        for il in 0..self.spec.n_layer {
-            f.decoder_block(il, &self.block(il, n_ctx))?;
+        // The cache holds this model's blocks only: its layer 0 is the first of them.
+        for il in self.layers.clone() {
+            f.decoder_block(il - self.layers.start, &self.block(il, n_ctx))?;
         }
         Ok(())
     }
 
-    fn head(&self) -> OutputHead<'_> {
-        OutputHead {
-            norm: self.norm(&self.output_norm),
-            weight: self.output.as_ref().unwrap_or(&self.token_embd),
+    fn head(&self) -> Option<OutputHead<'_>> {
+        Some(OutputHead {
+            norm: self.norm(self.output_norm.as_ref()?),
+            weight: self.output.as_ref().or(self.token_embd.as_ref())?,
             softcap: self.spec.final_softcap,
-        }
+        })
     }
 
     fn device_bytes(&self) -> u64 {
-        let mut total =
-            self.token_embd.device_bytes() + self.output.as_ref().map_or(0, Linear::device_bytes);
+        let mut total = self.token_embd.as_ref().map_or(0, Linear::device_bytes)
+            + self.output.as_ref().map_or(0, Linear::device_bytes);
         for b in &self.blocks {
             total += match &b.qkv {
                 QkvWeights::Separate { q, k, v } => {
@@ -377,6 +428,10 @@ impl Architecture for LlamaModel {
             total += b.wo.device_bytes() + b.down.device_bytes();
         }
         total
+    }
+
+    fn layers(&self) -> Range<usize> {
+        self.layers.clone()
     }
 
     fn same_rope(&self, a: usize, b: usize) -> bool {

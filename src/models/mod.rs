@@ -26,11 +26,13 @@ pub mod smolvlm_reference;
 pub mod spec;
 pub mod speech;
 pub mod speech_loader;
+pub mod split;
 pub mod steps;
 pub mod synth;
 pub mod whisper;
 pub mod whisper_reference;
 
+use std::ops::Range;
 use std::sync::Arc;
 
 pub use registry::{LoadOptions, ModelRegistry};
@@ -38,8 +40,9 @@ pub use rotary::RotaryEmbedding;
 pub use scratch::Scratch;
 pub use spec::{ArchSpec, Family, LayerKind};
 pub use speech_loader::load_speech_model;
+pub use split::{Placement, SplitMode, SplitModel};
 
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, GpuContext, Recording};
 use crate::kv::{CacheConfig, KVCache, KvAttention, KvCaches, LayerGeometry};
 use crate::ops::act_round::Numerics;
@@ -67,6 +70,18 @@ pub struct RowCopy {
     pub dst_row: usize,
     /// Rows.
     pub rows: usize,
+}
+
+/// Where one stage of a model split by layers reads the stream the
+/// previous stage handed on, and where it writes its own for the next
+/// (host-visible buffers on its device; the host moves the rows between).
+#[derive(Clone, Copy, Default)]
+pub struct StageIo<'a> {
+    /// The previous stage's stream, and whether it carries the sums of
+    /// squares; `None` on the first stage.
+    pub from: Option<(&'a Arc<Buffer>, bool)>,
+    /// Where the stream for the next stage goes; `None` on the last stage.
+    pub to: Option<&'a Arc<Buffer>>,
 }
 
 /// A text-generating model resident on the GPU, of any architecture the
@@ -205,6 +220,51 @@ pub trait GenerativeModel: Send + Sync {
         out_row: usize,
     ) -> Result<()>;
 
+    /// Records, as one device's share of a model split by layers, the
+    /// copy of the previous stage's stream in `io.from` over the residual
+    /// (none on the first stage, which embeds instead), this model's blocks
+    /// over the `n` rows, and the copy of the stream for the next stage
+    /// into `io.to` (none on the last, which records the logits instead).
+    /// Returns whether the stream written carries the sums of squares of
+    /// the residual (what the next stage passes back in `io.from`).
+    ///
+    /// # Errors
+    /// Buffers too small for the rows, shapes the kernels do not support;
+    /// a model that is not a stage of a split.
+    fn record_stage(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        cache: &dyn KvAttention,
+        n: usize,
+        io: StageIo<'_>,
+    ) -> Result<bool> {
+        let _ = (rec, s, cache, n, io);
+        Err(ModelError::invalid(
+            "model",
+            format!("{} does not run as a stage of a split", self.spec().arch),
+        ))
+    }
+
+    /// Floats per row of the stream [`GenerativeModel::record_stage`]
+    /// hands from one device to the next.
+    fn stream_row_floats(&self) -> usize {
+        self.spec().n_embd
+    }
+
+    /// The blocks this model holds: all of them, or one device's share of
+    /// a model split by layers.
+    fn layers(&self) -> Range<usize> {
+        0..self.spec().n_layer
+    }
+
+    /// The stages of a model split by layers over several devices, in
+    /// order (`None`: the model is on one device). A
+    /// [`Session`](crate::runtime::Session) runs them one after the other.
+    fn stages(&self) -> Option<&[Arc<dyn GenerativeModel>]> {
+        None
+    }
+
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
 
@@ -336,8 +396,9 @@ pub trait Architecture: Send + Sync {
     /// The widths of the activations.
     fn workspace_shape(&self) -> WorkspaceShape;
 
-    /// The token embedding table and its scale.
-    fn embedding(&self) -> (&QuantWeight, f32);
+    /// The token embedding table and its scale (`None` on a device that
+    /// holds a later share of a model split by layers).
+    fn embedding(&self) -> Option<(&QuantWeight, f32)>;
 
     /// States every block of a call.
     ///
@@ -345,8 +406,9 @@ pub trait Architecture: Send + Sync {
     /// Shapes the kernels do not support.
     fn blocks(&self, f: &mut Forward<'_, '_>) -> Result<()>;
 
-    /// The output head.
-    fn head(&self) -> OutputHead<'_>;
+    /// The output head (`None` on a device that holds an earlier share of
+    /// a model split by layers).
+    fn head(&self) -> Option<OutputHead<'_>>;
 
     /// Bytes of weights on the device.
     fn device_bytes(&self) -> u64;
@@ -355,6 +417,11 @@ pub trait Architecture: Send + Sync {
     fn same_rope(&self, a: usize, b: usize) -> bool {
         let _ = (a, b);
         true
+    }
+
+    /// As [`GenerativeModel::layers`].
+    fn layers(&self) -> Range<usize> {
+        0..self.spec().n_layer
     }
 }
 
@@ -410,7 +477,10 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
     }
 
     fn record_embed(&self, rec: &mut Recording, s: &Scratch, n: usize) -> Result<()> {
-        let (table, scale) = self.arch.embedding();
+        let (table, scale) = self
+            .arch
+            .embedding()
+            .ok_or_else(|| ModelError::Internal("embedding on a later stage of a split".into()))?;
         Forward::new(rec, self.planner, &s.work, n)?.embed(table, scale)
     }
 
@@ -458,8 +528,35 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
         n: usize,
         out_row: usize,
     ) -> Result<()> {
-        let head = self.arch.head();
+        let head = self
+            .arch
+            .head()
+            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
         Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, out_row, &s.logits)
+    }
+
+    fn record_stage(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        cache: &dyn KvAttention,
+        n: usize,
+        io: StageIo<'_>,
+    ) -> Result<bool> {
+        let mut f = Forward::new(rec, self.planner, &s.work, n)?.with_cache(cache);
+        if let Some((src, squares)) = io.from {
+            f.put_stream(src, squares)?;
+        }
+        self.arch.blocks(&mut f)?;
+        match io.to {
+            Some(dst) => f.read_stream(dst),
+            None => Ok(false),
+        }
+    }
+
+    fn stream_row_floats(&self) -> usize {
+        let n_embd = self.arch.spec().n_embd;
+        n_embd + n_embd.div_ceil(16)
     }
 
     fn device_bytes(&self) -> u64 {
@@ -468,14 +565,19 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
 
     fn decode_bytes_per_token(&self) -> u64 {
         let total = self.arch.device_bytes();
-        if self.arch.spec().tied_embeddings {
-            total
-        } else {
-            total.saturating_sub(self.arch.embedding().0.device_bytes())
+        match self.arch.embedding() {
+            Some((table, _)) if !self.arch.spec().tied_embeddings => {
+                total.saturating_sub(table.device_bytes())
+            }
+            _ => total,
         }
     }
 
     fn same_rope(&self, a: usize, b: usize) -> bool {
         self.arch.same_rope(a, b)
+    }
+
+    fn layers(&self) -> Range<usize> {
+        self.arch.layers()
     }
 }

@@ -2,10 +2,12 @@
 //! GGUF, `model_type` / class names of `config.json`, and common aliases) to
 //! the family and loader that runs it.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::llama::LlamaModel;
 use super::spec::{ArchSpec, Family};
+use super::split::{Placement, SplitMode, SplitModel};
 use super::{GenerativeModel, Loaded};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
@@ -41,6 +43,16 @@ pub struct LoadOptions {
     /// Whether decode products of Q4_0 / Q8_0 weights take the integer
     /// path under llama.cpp numerics (see [`IntDot`]).
     pub int_dot: IntDot,
+    /// How [`ModelRegistry::load_on`] uses several devices.
+    pub split_mode: SplitMode,
+    /// Each device's share of the blocks under [`SplitMode::Layer`], in
+    /// device order (llama.cpp's `--tensor-split`; empty: by each
+    /// device's free memory).
+    pub tensor_split: Vec<f32>,
+    /// Which device a new session goes to under [`SplitMode::Replica`].
+    pub placement: Placement,
+    /// Load only these blocks (one device's share of a split; `None`: all).
+    pub layers: Option<Range<usize>>,
 }
 
 impl LoadOptions {
@@ -94,7 +106,8 @@ fn load_llama(
     opts: &LoadOptions,
 ) -> Result<Arc<dyn GenerativeModel>> {
     let planner = opts.planner_for(ctx)?;
-    let arch = LlamaModel::load(ctx, g, spec, opts)?;
+    let layers = opts.layers.clone().unwrap_or(0..spec.n_layer);
+    let arch = LlamaModel::load_layers(ctx, g, spec, opts, layers)?;
     Ok(Arc::new(Loaded::new(arch, planner)))
 }
 
@@ -268,5 +281,27 @@ impl ModelRegistry {
             .ok_or_else(|| ModelError::UnsupportedArchitecture(arch.to_string()))?;
         let spec = ArchSpec::from_gguf(g, reg.family)?;
         (reg.loader)(ctx, g, spec, opts)
+    }
+
+    /// Loads a generative model over the devices `ctxs`: on one device as
+    /// [`ModelRegistry::load`]; on several, as `opts.split_mode` says — one
+    /// [`SplitModel`] over all of them, or one whole model on each
+    /// ([`SplitMode::Replica`]). Returns the models sessions run on.
+    ///
+    /// # Errors
+    /// No devices, a split that does not match them, and the errors of
+    /// [`ModelRegistry::load`] on each.
+    pub fn load_on(
+        &self,
+        ctxs: &[Arc<GpuContext>],
+        g: &GgufFile,
+        opts: &LoadOptions,
+    ) -> Result<Vec<Arc<dyn GenerativeModel>>> {
+        match (ctxs, opts.split_mode) {
+            ([], _) => Err(ModelError::invalid("devices", "no device to load on")),
+            ([ctx], _) => Ok(vec![self.load(ctx, g, opts)?]),
+            (_, SplitMode::Layer) => Ok(vec![Arc::new(SplitModel::load(self, ctxs, g, opts)?)]),
+            (_, SplitMode::Replica) => ctxs.iter().map(|c| self.load(c, g, opts)).collect(),
+        }
     }
 }

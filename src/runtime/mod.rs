@@ -12,6 +12,7 @@ pub mod perplexity;
 pub mod rng;
 pub mod sampler;
 pub mod session;
+mod stages;
 pub mod transcribe;
 
 pub use batch::BatchRunner;

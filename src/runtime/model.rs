@@ -1,8 +1,13 @@
 //! `Model`: what a user loads — the GPU weights of one architecture plus the
 //! tokenizer and chat template read from the same GGUF file. Sessions are
-//! created from it; several may share one model.
+//! created from it; several may share one model. Loaded over several
+//! devices it is one model split by layers, or one replica per device:
+//! then each new session goes to one replica (round-robin, or the device
+//! with the most free memory) and a batched call runs each device's
+//! sessions on a thread of its own, the devices working at once.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::batch::BatchRunner;
@@ -11,6 +16,7 @@ use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
 use crate::gpu::GpuContext;
 use crate::gpu::phases::{self, Phase};
+use crate::models::split::{Placement, free_device_bytes};
 use crate::models::{ArchSpec, GenerativeModel, LoadOptions, ModelRegistry};
 use crate::tokenizer::Tokenizer;
 
@@ -37,10 +43,17 @@ pub fn default_model_path() -> PathBuf {
 /// Weights on the device plus the tokenizer of one GGUF file.
 pub struct Model {
     weights: Arc<dyn GenerativeModel>,
+    /// Whole models, one per device, sessions spread over them (just
+    /// `weights` on one device or a split).
+    replicas: Vec<Arc<dyn GenerativeModel>>,
     tokenizer: Arc<Tokenizer>,
     path: PathBuf,
-    /// Buffers and recorded steps of batched calls (one batch at a time).
-    batch: Mutex<Option<BatchRunner>>,
+    /// Buffers and recorded steps of batched calls (one batch at a time
+    /// per replica).
+    batch: Vec<Mutex<Option<BatchRunner>>>,
+    placement: Placement,
+    /// The replica of the next session under [`Placement::RoundRobin`].
+    next: AtomicUsize,
 }
 
 impl Model {
@@ -52,6 +65,15 @@ impl Model {
     /// I/O and format errors naming the file, an unsupported architecture,
     /// missing tensors, device errors.
     pub fn load(ctx: &Arc<GpuContext>, path: &Path, opts: &LoadOptions) -> Result<Self> {
+        Self::load_on(std::slice::from_ref(ctx), path, opts)
+    }
+
+    /// [`Model::load`] over the devices `ctxs`, as `opts.split_mode` says
+    /// (see [`ModelRegistry::load_on`]).
+    ///
+    /// # Errors
+    /// As [`Model::load`], and a split that does not match the devices.
+    pub fn load_on(ctxs: &[Arc<GpuContext>], path: &Path, opts: &LoadOptions) -> Result<Self> {
         let g = if path.is_dir() {
             ModelRegistry::new().open(path, opts)?
         } else {
@@ -71,11 +93,15 @@ impl Model {
                 let _t = phases::time(Phase::Tokenizer);
                 Tokenizer::from_gguf(&g)
             });
-            let weights = ModelRegistry::new().load(ctx, &g, opts);
+            let weights = ModelRegistry::new().load_on(ctxs, &g, opts);
             let tok = tok.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             (tok, weights)
         });
-        let (tokenizer, weights) = (tokenizer?, weights?);
+        let (tokenizer, replicas) = (tokenizer?, weights?);
+        let weights = replicas
+            .first()
+            .cloned()
+            .ok_or_else(|| ModelError::invalid("devices", "no device to load on"))?;
         if tokenizer.n_vocab() > weights.spec().n_vocab {
             return Err(ModelError::Shape {
                 tensor: "token_embd.weight".into(),
@@ -85,10 +111,31 @@ impl Model {
         }
         Ok(Model {
             weights,
+            batch: replicas.iter().map(|_| Mutex::new(None)).collect(),
+            replicas,
             tokenizer: Arc::new(tokenizer),
             path: path.to_path_buf(),
-            batch: Mutex::new(None),
+            placement: opts.placement,
+            next: AtomicUsize::new(0),
         })
+    }
+
+    /// The whole models sessions run on: one per device for replicas, else
+    /// the one model.
+    pub fn replicas(&self) -> &[Arc<dyn GenerativeModel>] {
+        &self.replicas
+    }
+
+    /// The replica the next session goes to.
+    fn place(&self) -> usize {
+        let n = self.replicas.len();
+        match self.placement {
+            _ if n <= 1 => 0,
+            Placement::RoundRobin => self.next.fetch_add(1, Ordering::Relaxed) % n,
+            Placement::MostFreeMemory => (0..n)
+                .max_by_key(|&i| (free_device_bytes(self.replicas[i].context()), n - i))
+                .unwrap_or(0),
+        }
     }
 
     /// The GPU model.
@@ -116,17 +163,34 @@ impl Model {
     /// # Errors
     /// Out of device memory or invalid options.
     pub fn new_session(&self, opts: &SessionOptions) -> Result<Session> {
-        Session::new(self.weights.clone(), opts)
+        let model = self.replicas.get(self.place()).unwrap_or(&self.weights);
+        Session::new(model.clone(), opts)
     }
 
     /// Evaluates `tokens[i]` after what `sessions[i]` holds for every session
     /// in one forward pass (see [`BatchRunner::decode`]). The sessions must be
-    /// paged sessions of this model with one page size.
+    /// paged sessions of this model with one page size. Over replicas,
+    /// each device's sessions run as one batch on a thread of their own;
+    /// on a model split by layers, the sessions step one after another.
     ///
     /// # Errors
-    /// As [`BatchRunner::decode`].
+    /// As [`BatchRunner::decode`]; over replicas, where one device's batch
+    /// fails the others' may still have been evaluated.
     pub fn decode_batch(&self, sessions: &mut [&mut Session], tokens: &[u32]) -> Result<()> {
-        self.with_batch(|b| b.decode(sessions, tokens))
+        if sessions.len() != tokens.len() {
+            return Err(ModelError::invalid(
+                "tokens",
+                format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
+            ));
+        }
+        if self.weights.stages().is_some() {
+            // No batched pass over a split yet: one session after another.
+            return sessions
+                .iter_mut()
+                .zip(tokens)
+                .try_for_each(|(s, &t)| s.decode(t));
+        }
+        self.per_replica(sessions, tokens, |b, ss, ts| b.decode(ss, ts))
     }
 
     /// Evaluates `prompts[i]` after what `sessions[i]` holds, the prompts
@@ -135,12 +199,77 @@ impl Model {
     /// # Errors
     /// As [`BatchRunner::decode`].
     pub fn prefill_batch(&self, sessions: &mut [&mut Session], prompts: &[&[u32]]) -> Result<()> {
-        self.with_batch(|b| b.prefill(sessions, prompts))
+        if sessions.len() != prompts.len() {
+            return Err(ModelError::invalid(
+                "prompts",
+                format!("{} prompts for {} sessions", prompts.len(), sessions.len()),
+            ));
+        }
+        if self.weights.stages().is_some() {
+            return sessions
+                .iter_mut()
+                .zip(prompts)
+                .try_for_each(|(s, p)| s.prefill(p));
+        }
+        self.per_replica(sessions, prompts, |b, ss, ps| b.prefill(ss, ps))
     }
 
-    fn with_batch<T>(&self, f: impl FnOnce(&mut BatchRunner) -> Result<T>) -> Result<T> {
-        let mut guard = self.batch.lock().unwrap_or_else(|p| p.into_inner());
-        let runner = guard.get_or_insert_with(|| BatchRunner::new(self.weights.clone()));
+    /// Runs `f` over the runner of replica `i` (made on first use).
+    fn with_batch<T>(&self, i: usize, f: impl FnOnce(&mut BatchRunner) -> Result<T>) -> Result<T> {
+        let (slot, model) = self
+            .batch
+            .get(i)
+            .zip(self.replicas.get(i))
+            .ok_or_else(|| ModelError::Internal(format!("no replica {i}")))?;
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let runner = guard.get_or_insert_with(|| BatchRunner::new(model.clone()));
         f(runner)
+    }
+
+    /// Runs `f` over each replica's sessions (and their items) as one
+    /// batch, the replicas' batches on threads of their own at once; on
+    /// one device, `f` over all of them here.
+    fn per_replica<T: Copy + Send + Sync>(
+        &self,
+        sessions: &mut [&mut Session],
+        items: &[T],
+        f: impl Fn(&mut BatchRunner, &mut [&mut Session], &[T]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        if self.replicas.len() <= 1 {
+            return self.with_batch(0, |b| f(b, sessions, items));
+        }
+        let mut groups: Vec<(Vec<&mut Session>, Vec<&T>)> = self
+            .replicas
+            .iter()
+            .map(|_| (Vec::new(), Vec::new()))
+            .collect();
+        for (s, item) in sessions.iter_mut().zip(items) {
+            let i = self
+                .replicas
+                .iter()
+                .position(|r| Arc::ptr_eq(r, s.model()))
+                .ok_or_else(|| ModelError::invalid("sessions", "a session of another model"))?;
+            groups[i].0.push(&mut **s);
+            groups[i].1.push(item);
+        }
+        let f = &f;
+        let results: Vec<Result<()>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .enumerate()
+                .filter(|(_, (ss, _))| !ss.is_empty())
+                .map(|(i, (mut ss, its))| {
+                    scope.spawn(move || {
+                        let its: Vec<T> = its.into_iter().copied().collect();
+                        self.with_batch(i, |b| f(b, &mut ss, &its))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        results.into_iter().collect()
     }
 }

@@ -11,6 +11,8 @@ use crate::gpu::{Buffer, HostRows, MemoryKind, Recording};
 use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
 use crate::models::{EmbedRows, GenerativeModel, RowCopy, Scratch};
 
+use super::stages::Stages;
+
 /// Options of a session (the C API's `combs_session_options`).
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -59,6 +61,9 @@ pub struct Session {
     /// Staging of caller-given input rows of one forward call (made on
     /// first use, `n_batch` rows of `n_embd`).
     embed_rows: Option<Arc<Buffer>>,
+    /// The devices after the first of a model split by layers (`cache`,
+    /// `scratch` and `decode_step` above are the first device's then).
+    split: Option<Stages>,
 }
 
 impl Session {
@@ -83,25 +88,35 @@ impl Session {
             return Err(ModelError::invalid("page_size", "must be positive"));
         }
         let n_batch = opts.n_batch.clamp(1, 4096).min(n_ctx);
-        let cache = model
-            .create_kv_cache(&CacheConfig {
-                n_ctx,
-                kind: opts.kv_kind,
-                page_size: opts.page_size,
-                pool_pages: opts.pool_pages,
-                max_batch: n_batch,
-            })
-            .map_err(|e| {
-                name_memory(
-                    e,
-                    format!(
-                        "KV cache of a new session ({n_ctx} positions, {:?})",
-                        opts.kv_kind
-                    ),
-                )
-            })?;
-        let scratch = model
-            .create_scratch(n_batch, opts.n_logit_rows.clamp(1, n_batch))
+        let cfg = CacheConfig {
+            n_ctx,
+            kind: opts.kv_kind,
+            page_size: opts.page_size,
+            pool_pages: opts.pool_pages,
+            max_batch: n_batch,
+        };
+        let logit_rows = opts.n_logit_rows.clamp(1, n_batch);
+        let split = match model.stages() {
+            Some(stages) => Some(
+                Stages::new(stages, &cfg, n_batch, logit_rows)
+                    .map_err(|e| name_memory(e, "later devices of a new session".into()))?,
+            ),
+            None => None,
+        };
+        let first = split.as_ref().map_or(&model, |s| s.first());
+        let cache = first.create_kv_cache(&cfg).map_err(|e| {
+            name_memory(
+                e,
+                format!(
+                    "KV cache of a new session ({n_ctx} positions, {:?})",
+                    opts.kv_kind
+                ),
+            )
+        })?;
+        // Logits come from the last device of a split.
+        let first_rows = if split.is_some() { 1 } else { logit_rows };
+        let scratch = first
+            .create_scratch(n_batch, first_rows)
             .map_err(|e| name_memory(e, format!("scratch of a new session (batch {n_batch})")))?;
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
@@ -113,7 +128,14 @@ impl Session {
             tokens: Vec::new(),
             n_batch,
             embed_rows: None,
+            split,
         })
+    }
+
+    /// The model that records the first device's share of each call: the
+    /// model itself on one device.
+    fn first_model(&self) -> &Arc<dyn GenerativeModel> {
+        self.split.as_ref().map_or(&self.model, |s| s.first())
     }
 
     /// The model.
@@ -151,7 +173,7 @@ impl Session {
 
     /// Bytes of device memory of the KV cache.
     pub fn cache_bytes(&self) -> u64 {
-        self.cache.device_bytes()
+        self.cache.device_bytes() + self.split.as_ref().map_or(0, Stages::cache_bytes)
     }
 
     /// Most tokens one forward call evaluates.
@@ -172,8 +194,12 @@ impl Session {
     /// Out of device memory.
     pub fn fork(&self) -> Result<Session> {
         let scratch = self
-            .model
+            .first_model()
             .create_scratch(self.n_batch, self.scratch.max_logit_rows())?;
+        let split = match &self.split {
+            Some(s) => Some(s.fork()?),
+            None => None,
+        };
         Ok(Session {
             model: self.model.clone(),
             cache: self.cache.fork()?,
@@ -184,6 +210,7 @@ impl Session {
             lent: self.lent.clone(),
             n_batch: self.n_batch,
             embed_rows: None,
+            split,
         })
     }
 
@@ -237,11 +264,28 @@ impl Session {
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let pos: Vec<i32> = (0..tokens.len()).map(|i| (pos0 + i) as i32).collect();
         self.scratch.ids().write_slice(0, &ids)?;
-        self.scratch.positions().write_slice(0, &pos)
+        self.scratch.positions().write_slice(0, &pos)?;
+        match &self.split {
+            Some(s) => s.write_positions(&pos),
+            None => Ok(()),
+        }
     }
 
-    fn read_logits(&self, row: usize, out: &mut [f32]) -> Result<()> {
-        read_logit_row(self.model.as_ref(), &self.scratch, row, out)
+    /// Reserves room for `n` more positions on every device.
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        self.cache.reserve(n)?;
+        match &mut self.split {
+            Some(s) => s.reserve(n),
+            None => Ok(()),
+        }
+    }
+
+    /// Commits `n` positions on every device.
+    fn commit(&mut self, n: usize) {
+        self.cache.commit(n);
+        if let Some(s) = &mut self.split {
+            s.commit(n);
+        }
     }
 
     /// Evaluates `tokens` after what the session holds; afterwards
@@ -408,57 +452,36 @@ impl Session {
         let n = chunk.len();
         let pos0 = self.tokens.len();
         let copies = self.stage_rows(spans, first, n)?;
-        self.cache.reserve(n)?;
+        self.reserve(n)?;
         self.write_inputs(chunk, pos0)?;
-        let ctx = self.model.context().clone();
+        let model = self.first_model().clone();
+        let ctx = model.context().clone();
         let recording = crate::gpu::phases::time(crate::gpu::phases::Phase::Record);
         let mut rec = Recording::new(&ctx, false)?;
-        self.model.record_embed(&mut rec, &self.scratch, n)?;
+        model.record_embed(&mut rec, &self.scratch, n)?;
         if let (false, Some(src)) = (copies.is_empty(), self.embed_rows.as_ref()) {
-            self.model
-                .record_put_rows(&mut rec, &self.scratch, n, src, &copies)?;
+            model.record_put_rows(&mut rec, &self.scratch, n, src, &copies)?;
         }
-        self.model
-            .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), n)?;
-        match all_logits {
+        let mut logits = std::mem::take(&mut self.logits);
+        let done = match &mut self.split {
             None => {
-                self.model
-                    .record_logits(&mut rec, &self.scratch, n - 1, 1, 0)?;
-                rec.finish()?;
-                drop(recording);
-                rec.submit_and_wait()?;
-                let mut l = std::mem::take(&mut self.logits);
-                self.read_logits(0, &mut l)?;
-                self.logits = l;
-                self.lent = None;
+                model.record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), n)?;
+                let call = (model.as_ref(), &self.scratch, n);
+                finish_call(rec, recording, call, all_logits, &mut logits)
             }
-            Some(dst) => {
-                rec.finish()?;
-                drop(recording);
-                rec.submit_and_wait()?;
-                let n_vocab = self.model.spec().n_vocab;
-                let per = self.scratch.max_logit_rows().max(1);
-                let rows_per_call = per.min(n);
-                let mut first = 0;
-                while first < n {
-                    let rows = rows_per_call.min(n - first);
-                    let mut r = Recording::new(&ctx, false)?;
-                    self.model
-                        .record_logits(&mut r, &self.scratch, first, rows, 0)?;
-                    r.finish()?;
-                    r.submit_and_wait()?;
-                    for i in 0..rows {
-                        let row = &mut dst[(first + i) * n_vocab..(first + i + 1) * n_vocab];
-                        self.read_logits(i, row)?;
-                    }
-                    first += rows;
-                }
-                self.logits
-                    .copy_from_slice(&dst[(n - 1) * n_vocab..n * n_vocab]);
-                self.lent = None;
+            Some(split) => {
+                let rec = split.run_call(rec, self.cache.as_ref(), &self.scratch, n)?;
+                let scratch = split
+                    .head_scratch()
+                    .ok_or_else(|| ModelError::Internal("split without a last stage".into()))?;
+                let call = (split.head().as_ref(), scratch, n);
+                finish_call(rec, recording, call, all_logits, &mut logits)
             }
-        }
-        self.cache.commit(n);
+        };
+        self.logits = logits;
+        done?;
+        self.lent = None;
+        self.commit(n);
         self.tokens.extend_from_slice(chunk);
         Ok(())
     }
@@ -470,8 +493,19 @@ impl Session {
     pub fn decode(&mut self, token: u32) -> Result<()> {
         self.check_tokens(&[token])?;
         let pos = self.tokens.len();
-        self.cache.reserve(1)?;
+        self.reserve(1)?;
         self.write_inputs(&[token], pos)?;
+        if let Some(split) = &mut self.split {
+            split.decode(self.cache.as_ref(), &self.scratch)?;
+            let scratch = split
+                .head_scratch()
+                .ok_or_else(|| ModelError::Internal("split without a last stage".into()))?;
+            read_logit_row(self.model.as_ref(), scratch, 0, &mut self.logits)?;
+            self.lent = None;
+            self.commit(1);
+            self.tokens.push(token);
+            return Ok(());
+        }
         if self.decode_step.is_none() {
             let mut rec = Recording::new(self.model.context(), false)?;
             self.model.record_embed(&mut rec, &self.scratch, 1)?;
@@ -486,9 +520,7 @@ impl Session {
             .as_mut()
             .ok_or_else(|| ModelError::Internal("decode step missing".into()))?;
         step.submit_and_wait()?;
-        let mut l = std::mem::take(&mut self.logits);
-        self.read_logits(0, &mut l)?;
-        self.logits = l;
+        read_logit_row(self.model.as_ref(), &self.scratch, 0, &mut self.logits)?;
         self.lent = None;
         self.cache.commit(1);
         self.tokens.push(token);
@@ -510,7 +542,17 @@ impl Session {
                 format!("{n_keep} is past the {} positions held", self.tokens.len()),
             ));
         }
-        let intact = self.cache.truncate(n_keep)?;
+        let mut intact = self.cache.truncate(n_keep)?;
+        if let Some(s) = &mut self.split {
+            let later = s.truncate(n_keep)?;
+            if later < intact {
+                intact = self.cache.truncate(later)?;
+            }
+            // Every device holds the same positions again.
+            if intact < later {
+                s.truncate(intact)?;
+            }
+        }
         let redo = self.tokens[intact..n_keep].to_vec();
         self.tokens.truncate(intact);
         if !redo.is_empty() {
@@ -522,6 +564,53 @@ impl Session {
     /// Forgets everything (same as `rewind(0)`).
     pub fn clear(&mut self) {
         let _ = self.rewind(0);
+    }
+}
+
+/// Records the logits of a call of `n` tokens whose blocks `rec` holds
+/// (on `model`'s device, over `s`: `call`), runs it and reads them: the
+/// last row into `logits`, and every row into `all_logits` where given.
+/// `recording` (the phase timer of the recording) ends when `rec` is
+/// finished.
+fn finish_call<T>(
+    mut rec: Recording,
+    recording: T,
+    call: (&dyn GenerativeModel, &Scratch, usize),
+    all_logits: Option<&mut [f32]>,
+    logits: &mut [f32],
+) -> Result<()> {
+    let (model, s, n) = call;
+    match all_logits {
+        None => {
+            model.record_logits(&mut rec, s, n - 1, 1, 0)?;
+            rec.finish()?;
+            drop(recording);
+            rec.submit_and_wait()?;
+            read_logit_row(model, s, 0, logits)
+        }
+        Some(dst) => {
+            rec.finish()?;
+            drop(recording);
+            rec.submit_and_wait()?;
+            let n_vocab = model.spec().n_vocab;
+            let per = s.max_logit_rows().max(1);
+            let rows_per_call = per.min(n);
+            let mut first = 0;
+            while first < n {
+                let rows = rows_per_call.min(n - first);
+                let mut r = Recording::new(model.context(), false)?;
+                model.record_logits(&mut r, s, first, rows, 0)?;
+                r.finish()?;
+                r.submit_and_wait()?;
+                for i in 0..rows {
+                    let row = &mut dst[(first + i) * n_vocab..(first + i + 1) * n_vocab];
+                    read_logit_row(model, s, i, row)?;
+                }
+                first += rows;
+            }
+            logits.copy_from_slice(&dst[(n - 1) * n_vocab..n * n_vocab]);
+            Ok(())
+        }
     }
 }
 

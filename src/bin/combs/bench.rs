@@ -199,6 +199,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     } else {
         0.0
     };
+    let devices = device_summary(&model);
     let name = model
         .path()
         .file_name()
@@ -231,7 +232,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
              \"decode_bytes_per_token\":{per_token},\"load_ms\":{load_ms:.1},\"first_token_ms\":{:.1},\"copy_gbps\":{:.1},\"floor_tps\":{floor_tps:.1},\
              \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
              \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
-             \"batch\":[{}],\"profile\":[{}]}}",
+             \"batch\":[{}],\"profile\":[{}],\"devices\":[{}]}}",
             spec.arch,
             ctx.caps().name,
             first_token_ms.unwrap_or(0.0),
@@ -241,7 +242,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_gen,
             tg,
             batch.join(","),
-            prof.join(",")
+            prof.join(","),
+            devices
+                .iter()
+                .map(|d| format!("\"{d}\""))
+                .collect::<Vec<_>>()
+                .join(",")
         )?;
         return Ok(());
     }
@@ -251,7 +257,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         spec.arch,
         bytes as f64 / (1 << 20) as f64
     )?;
-    writeln!(out, "device: {}", ctx.caps().name)?;
+    if devices.len() > 1 {
+        writeln!(out, "devices: {}", devices.join("; "))?;
+    } else {
+        writeln!(out, "device: {}", ctx.caps().name)?;
+    }
     writeln!(out, "| test   |          t/s |")?;
     writeln!(out, "| ------ | ------------ |")?;
     if args.n_prompt > 0 {
@@ -326,6 +336,32 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         write_kernel_times(out, rows)?;
     }
     Ok(())
+}
+
+/// What runs where: each stage of a split (`#index name blocks a..b`), each
+/// replica (`#index name replica`), or the one device.
+fn device_summary(model: &combs::runtime::Model) -> Vec<String> {
+    let dev = |w: &dyn combs::GenerativeModel| {
+        let c = w.context();
+        format!("#{} {}", c.index(), c.caps().name)
+    };
+    if let Some(stages) = model.weights().stages() {
+        return stages
+            .iter()
+            .map(|st| {
+                let r = st.layers();
+                format!("{} blocks {}..{}", dev(st.as_ref()), r.start, r.end)
+            })
+            .collect();
+    }
+    let replicas = model.replicas();
+    if replicas.len() > 1 {
+        return replicas
+            .iter()
+            .map(|r| format!("{} replica", dev(r.as_ref())))
+            .collect();
+    }
+    vec![dev(model.weights().as_ref())]
 }
 
 /// One line per kernel (GPU ms, share of the total), then the total.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::Args;
 use combs::ModelError;
 use combs::gpu::GpuContext;
-use combs::models::LoadOptions;
+use combs::models::{LoadOptions, Placement, SplitMode};
 use combs::ops::act_round::Numerics;
 use combs::ops::plan::{Backend, Fusion, IntDot};
 use combs::quant::quantized_linear::LoadQuant;
@@ -26,8 +26,30 @@ pub struct ModelArgs {
     pub model: Option<PathBuf>,
     /// Vulkan device index, or `cpu` for the native kernels on the CPU
     /// (see `combs info --devices`; default: COMBS_DEVICE or the first GPU).
-    #[arg(long, value_name = "N|cpu", value_parser = parse_device)]
+    #[arg(long, value_name = "N|cpu", value_parser = parse_device, conflicts_with = "devices")]
     pub device: Option<usize>,
+    /// Several Vulkan devices, comma-separated (`0,1`): the model split by
+    /// layers over them, or one replica on each (`--split-mode`). An index
+    /// may repeat (the same device opened twice, for tests on one GPU).
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',', value_parser = parse_device)]
+    pub devices: Vec<usize>,
+    /// Each device's share of the blocks with `--devices` (`0.5,0.5`, as
+    /// llama.cpp's `--tensor-split`; default: by each device's free memory).
+    #[arg(
+        long,
+        value_name = "F,F,...",
+        value_delimiter = ',',
+        requires = "devices"
+    )]
+    pub split: Vec<f32>,
+    /// With `--devices`: `layer` (contiguous blocks per device, a model
+    /// too big for one) or `replica` (a whole model per device, sessions
+    /// spread over them, for throughput).
+    #[arg(long, value_name = "layer|replica", default_value = "layer", value_parser = parse_split_mode)]
+    pub split_mode: SplitMode,
+    /// Replicas: which device a new session goes to.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub placement: PlacementArg,
     /// Kernels: `auto` (native on CPU devices, Vulkan elsewhere), `vulkan`
     /// or `host` (native; a CPU device only).
     #[arg(long, value_enum, default_value = "auto")]
@@ -57,6 +79,19 @@ pub struct ModelArgs {
     /// not fit.
     #[arg(long, value_name = "MIB")]
     pub memory_budget: Option<u64>,
+}
+
+fn parse_split_mode(s: &str) -> Result<SplitMode, String> {
+    SplitMode::parse(s).map_err(|e| e.to_string())
+}
+
+/// Which replica a new session goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlacementArg {
+    /// Each device in turn.
+    RoundRobin,
+    /// The device with the most free memory.
+    FreeMemory,
 }
 
 fn parse_quant(s: &str) -> Result<LoadQuant, String> {
@@ -131,21 +166,43 @@ impl ModelArgs {
             backend: self.kernels.backend(),
             quant: self.quant,
             int_dot: self.int_dot,
+            split_mode: self.split_mode,
+            tensor_split: self.split.clone(),
+            placement: match self.placement {
+                PlacementArg::RoundRobin => Placement::RoundRobin,
+                PlacementArg::FreeMemory => Placement::MostFreeMemory,
+            },
+            layers: None,
         }
     }
 
     /// Opens the device and loads the model (with a progress bar on a terminal).
     pub fn load(&self) -> Result<(Arc<GpuContext>, Model), CliError> {
         let path = self.path()?;
-        let ctx = {
+        let ctxs = {
             let _t = combs::gpu::phases::time(combs::gpu::phases::Phase::Context);
-            GpuContext::new(self.device)?
+            if self.devices.is_empty() {
+                vec![GpuContext::new(self.device)?]
+            } else {
+                let opened: Result<Vec<_>, _> = self
+                    .devices
+                    .iter()
+                    .map(|&i| GpuContext::new(Some(i)))
+                    .collect();
+                opened?
+            }
         };
         if let Some(mib) = self.memory_budget {
-            ctx.set_memory_budget(mib.saturating_mul(1 << 20));
+            for ctx in &ctxs {
+                ctx.set_memory_budget(mib.saturating_mul(1 << 20));
+            }
         }
-        let model = Model::load(&ctx, &path, &self.load_options())
+        let model = Model::load_on(&ctxs, &path, &self.load_options())
             .map_err(|e| CliError::in_file(&path, e))?;
+        let ctx = ctxs
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::Model(ModelError::invalid("devices", "none given")))?;
         Ok((ctx, model))
     }
 }

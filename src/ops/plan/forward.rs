@@ -155,6 +155,100 @@ impl<'r, 'a> Forward<'r, 'a> {
         self.kernels().copy(self.rec, &call)
     }
 
+    /// Floats per row that [`Forward::read_stream`] hands on: the residual
+    /// row, then its sums of squares (16 features to a sum).
+    pub fn stream_row_floats(&self) -> usize {
+        let n_embd = self.ws.shape.n_embd;
+        n_embd + n_embd.div_ceil(16)
+    }
+
+    /// Records a copy of what the next stage of a model split over devices
+    /// needs to carry on as one device would: the call's rows of the
+    /// residual stream, then the sums of squares the last product wrote
+    /// (without them the next block would take its norm another way, and
+    /// round differently). Returns whether the sums are valid. Plans write
+    /// them only in batched decode steps on devices with cooperative
+    /// matrices, so a session's calls hand on none today; the copy keeps a
+    /// split bit-identical where a plan starts writing them.
+    ///
+    /// # Errors
+    /// `dst` smaller than [`Forward::stream_row_floats`] × the call's rows.
+    pub fn read_stream(&mut self, dst: &Arc<Buffer>) -> Result<bool> {
+        let (x_bytes, sq_bytes) = self.stream_bytes();
+        if dst.size() < x_bytes + sq_bytes {
+            return Err(ModelError::BufferTooSmall {
+                needed: (x_bytes + sq_bytes) as usize,
+                got: dst.size() as usize,
+            });
+        }
+        let k = self.kernels();
+        let x = CopyCall {
+            src: &self.ws.x,
+            src_offset: 0,
+            dst,
+            dst_offset: 0,
+            bytes: x_bytes,
+        };
+        k.copy(self.rec, &x)?;
+        if self.squares {
+            let sq = CopyCall {
+                src: &self.ws.x_squares,
+                src_offset: 0,
+                dst,
+                dst_offset: x_bytes,
+                bytes: sq_bytes,
+            };
+            k.copy(self.rec, &sq)?;
+        }
+        Ok(self.squares)
+    }
+
+    /// Records the copy of what [`Forward::read_stream`] of the previous
+    /// stage wrote (moved by the host into `src`, on this device) over the
+    /// call's residual stream; `squares` is what that call returned.
+    ///
+    /// # Errors
+    /// `src` smaller than the call's rows.
+    pub fn put_stream(&mut self, src: &Arc<Buffer>, squares: bool) -> Result<()> {
+        let (x_bytes, sq_bytes) = self.stream_bytes();
+        if src.size() < x_bytes + sq_bytes {
+            return Err(ModelError::BufferTooSmall {
+                needed: (x_bytes + sq_bytes) as usize,
+                got: src.size() as usize,
+            });
+        }
+        let k = self.kernels();
+        let x = CopyCall {
+            src,
+            src_offset: 0,
+            dst: &self.ws.x,
+            dst_offset: 0,
+            bytes: x_bytes,
+        };
+        k.copy(self.rec, &x)?;
+        if squares {
+            let sq = CopyCall {
+                src,
+                src_offset: x_bytes,
+                dst: &self.ws.x_squares,
+                dst_offset: 0,
+                bytes: sq_bytes,
+            };
+            k.copy(self.rec, &sq)?;
+        }
+        self.squares = squares;
+        Ok(())
+    }
+
+    /// Bytes of the call's residual rows and of their sums of squares.
+    fn stream_bytes(&self) -> (u64, u64) {
+        let n_embd = self.ws.shape.n_embd;
+        (
+            (4 * self.n * n_embd) as u64,
+            (4 * self.n * n_embd.div_ceil(16)) as u64,
+        )
+    }
+
     /// Records block `il` (its KV cache layer) over the residual.
     ///
     /// # Errors
