@@ -373,6 +373,12 @@ pub fn parse_device(name: &str) -> Result<usize> {
 }
 
 impl GpuContext {
+    /// Compute pipelines created on this device so far (each kernel and
+    /// specialization once; see [`crate::gpu::Recording::survey`]).
+    pub fn pipelines_created(&self) -> usize {
+        self.pipelines.len()
+    }
+
     /// Opens a device: `index` if given, else `COMBS_DEVICE`, else the best available.
     ///
     /// # Errors

@@ -36,9 +36,12 @@ pub enum Phase {
     Record,
     /// Submitting recorded work and waiting for the GPU to finish it.
     Execute,
+    /// Surveying a call's pipelines and creating them in parallel (wall
+    /// time; `pipeline` sums the threads' own).
+    Survey,
 }
 
-const PHASES: [Phase; 12] = [
+const PHASES: [Phase; 13] = [
     Phase::Context,
     Phase::Open,
     Phase::Tokenizer,
@@ -51,6 +54,7 @@ const PHASES: [Phase; 12] = [
     Phase::Flush,
     Phase::Record,
     Phase::Execute,
+    Phase::Survey,
 ];
 
 impl Phase {
@@ -68,6 +72,7 @@ impl Phase {
             Phase::Flush => "flush",
             Phase::Record => "record",
             Phase::Execute => "execute",
+            Phase::Survey => "survey",
         }
     }
 }

@@ -51,6 +51,11 @@ pub(crate) struct PipelineCache {
 }
 
 impl PipelineCache {
+    /// Pipelines held.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.pipelines).len()
+    }
+
     /// Destroys every pipeline and layout.
     ///
     /// # Safety
