@@ -11,7 +11,7 @@ use combs::gpu::{GpuContext, Recording};
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::ops::plan::Backend;
 use combs::quant::QuantType;
-use combs::{CacheConfig, GenerativeModel, LoadOptions, ModelRegistry};
+use combs::{CacheConfig, LoadOptions, ModelRegistry};
 use common::Rng;
 
 #[test]
