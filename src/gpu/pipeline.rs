@@ -145,6 +145,7 @@ pub fn get_pipeline(
         return Ok(p.clone());
     }
     let _t = phases::time(Phase::Pipeline);
+    let started = phases::enabled().then(std::time::Instant::now);
     let (set_layout, layout) = layouts(ctx, n_bindings)?;
     let words = spirv_words(kernel.spirv());
     let dev = ctx.device();
@@ -184,6 +185,14 @@ pub fn get_pipeline(
     // SAFETY: the module is no longer needed once the pipeline exists (or failed).
     unsafe { dev.destroy_shader_module(module, None) };
     let raw = result.map_err(|(_, r)| ModelError::vk("vkCreateComputePipelines", r))?[0];
+    if let Some(t) = started {
+        // Which kernels a cold driver cache spends the first call on.
+        eprintln!(
+            "  pipeline {} {spec:?}: {:.1} ms",
+            kernel.name(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let pipeline = Arc::new(Pipeline {
         raw,
         layout,
