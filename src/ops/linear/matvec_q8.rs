@@ -130,10 +130,12 @@ fn shared_bytes(shape: &MatvecShape, cols: usize) -> usize {
     cols / 32 * 36 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
 }
 
-/// Most workgroups per token that each quantize the row themselves: past
-/// this (an output head of 128k rows has ~4000) the repeated quantization
-/// costs more than the quantizer's own dispatch.
-const MAX_QUANTIZING_WORKGROUPS: usize = 1024;
+/// Most workgroups per token that each quantize the row themselves, past
+/// which the repeated quantization would cost more than the quantizer's
+/// own dispatch. Not reached on the H200 yet: the 8B's head (4008
+/// workgroups of 4096 columns) ran in 83.1 µs quantizing in each against
+/// 84.7 µs after a quantizer dispatch (`combs kernel-bench --q8`).
+const MAX_QUANTIZING_WORKGROUPS: usize = 16384;
 
 /// Whether every workgroup of a `rows` × `cols` product should quantize
 /// its row of x for itself: its shared memory holds the row's 36 bytes per
