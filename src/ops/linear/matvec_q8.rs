@@ -68,14 +68,27 @@ pub fn scratch_bytes(n: usize, cols: usize) -> u64 {
 }
 
 /// The layout for a chunk of `rows` × `cols` on a device with subgroups of
-/// `sg` (1: unknown). Not yet measured on a GPU: the f32 matvec's shapes
-/// without staging (`combs kernel-bench --q8 --shapes` sweeps them).
+/// `sg` (1: unknown): the f32 matvec's shapes without staging, and two
+/// column slices for long rows (`combs kernel-bench --q8 --shapes` sweeps
+/// them; H200 figures in docs/perf-notes.md).
 fn q8_shape(sg: u32, rows: usize, cols: usize) -> MatvecShape {
     let s = |tpr, nr| MatvecShape::new(tpr, nr);
     if sg <= 1 {
         return s(32, 1);
     }
     let units = cols / 32;
+    if sg == 32 && cols >= 8192 && rows < 16384 {
+        // Long rows (the down projections): two column slices of 128
+        // invocations each. 8B down 4096×14336 on the H200, µs: q4_0
+        // 20.0 → 19.1 quantizing in the workgroup (21.6 → 17.2 without),
+        // q4_k 26.8 → 22.9 (`combs kernel-bench --q8 --shapes 32x4x2x2x256`).
+        return MatvecShape {
+            ks: 2,
+            un: 2,
+            wg: 256,
+            ..s(32, 4)
+        };
+    }
     if sg == 32 {
         let un = if units >= 128 { 2 } else { 1 };
         let (nr, wg) = if rows >= 16384 {
