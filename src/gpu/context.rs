@@ -50,6 +50,9 @@ pub struct GpuContext {
     caps: DeviceCaps,
     index: usize,
     pub(crate) pipelines: PipelineCache,
+    /// Calls whose pipelines a session already surveyed (see
+    /// [`GpuContext::claim_survey`]).
+    surveyed: Mutex<std::collections::HashSet<u64>>,
     memory: MemoryAccount,
     health: DeviceHealth,
 }
@@ -373,6 +376,17 @@ pub fn parse_device(name: &str) -> Result<usize> {
 }
 
 impl GpuContext {
+    /// Whether the caller is the first to survey the call `key` names (a
+    /// hash of the model, its cache and the call's size): a session skips
+    /// surveying a call another session on this device already surveyed,
+    /// whose pipelines exist.
+    pub fn claim_survey(&self, key: u64) -> bool {
+        self.surveyed
+            .lock()
+            .map(|mut set| set.insert(key))
+            .unwrap_or(true)
+    }
+
     /// Compute pipelines created on this device so far (each kernel and
     /// specialization once; see [`crate::gpu::Recording::survey`]).
     pub fn pipelines_created(&self) -> usize {
@@ -536,6 +550,7 @@ impl GpuContext {
             caps,
             index,
             pipelines: PipelineCache::default(),
+            surveyed: Mutex::new(std::collections::HashSet::new()),
             memory: MemoryAccount::default(),
             health: DeviceHealth::from_env(),
         }))

@@ -64,9 +64,6 @@ pub struct Session {
     /// The devices after the first of a model split by layers (`cache`,
     /// `scratch` and `decode_step` above are the first device's then).
     split: Option<Stages>,
-    /// Token counts of the calls whose pipelines were created ahead of
-    /// their first recording ([`Session::prepare_pipelines`]).
-    surveyed: Vec<usize>,
 }
 
 impl Session {
@@ -132,7 +129,6 @@ impl Session {
             n_batch,
             embed_rows: None,
             split,
-            surveyed: Vec::new(),
         })
     }
 
@@ -215,7 +211,6 @@ impl Session {
             n_batch: self.n_batch,
             embed_rows: None,
             split,
-            surveyed: Vec::new(),
         })
     }
 
@@ -492,8 +487,8 @@ impl Session {
         Ok(())
     }
 
-    /// Before the first call of `n` tokens on a GPU: records it once as a
-    /// survey ([`Recording::survey`]) and creates the pipelines it uses on
+    /// Before the first call of `n` tokens on a GPU (of any session of this
+    /// model with such a cache): records it once as a survey ([`Recording::survey`]) and creates the pipelines it uses on
     /// several threads at once — with the first prompt, those of a decode
     /// step too — instead of one after another as recording meets them.
     /// On a cold driver cache that is most of the time to first token (an
@@ -501,10 +496,22 @@ impl Session {
     /// recording to report the error.
     fn prepare_pipelines(&mut self, n: usize) {
         let ctx = self.model.context().clone();
-        if self.split.is_some()
-            || ctx.caps().class() != crate::gpu::DeviceClass::Gpu
-            || self.surveyed.contains(&n)
-        {
+        if self.split.is_some() || ctx.caps().class() != crate::gpu::DeviceClass::Gpu {
+            return;
+        }
+        // Another session on this model with a cache like this one's
+        // surveyed the same call already (the key only saves work: a
+        // collision costs pipelines created one after another, as before).
+        let key = |m: usize| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (Arc::as_ptr(&self.model) as *const () as usize).hash(&mut h);
+            format!("{:?}", self.cache.kind()).hash(&mut h);
+            self.cache.device_bytes().hash(&mut h);
+            m.hash(&mut h);
+            h.finish()
+        };
+        if !ctx.claim_survey(key(n)) {
             return;
         }
         let _t = crate::gpu::phases::time(crate::gpu::phases::Phase::Survey);
@@ -513,7 +520,7 @@ impl Session {
         };
         let model = self.model.clone();
         let mut calls = vec![n];
-        if n > 1 && self.decode_step.is_none() && !self.surveyed.contains(&1) {
+        if n > 1 && self.decode_step.is_none() && ctx.claim_survey(key(1)) {
             calls.push(1);
         }
         for &m in &calls {
@@ -522,7 +529,6 @@ impl Session {
             let _ = model.record_blocks(&mut survey, &self.scratch, self.cache.as_ref(), m);
             let _ = model.record_logits(&mut survey, &self.scratch, m - 1, 1, 0);
         }
-        self.surveyed.extend(calls);
         let _ = survey.create_surveyed_pipelines();
     }
 
