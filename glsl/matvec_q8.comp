@@ -70,6 +70,7 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #if defined(X_F32)
 #include "common/reduce.glsl"
 #include "common/round.glsl"
+#include "common/quantize_q8.glsl"
 #endif
 
 #if !defined(DATA_A_Q4_0) && !defined(DATA_A_Q8_0) && !defined(DATA_A_Q4_K)
@@ -144,11 +145,6 @@ shared float xs_e[XU];
 shared float xs_d[(XU + 7u) / 8u];
 #endif
 
-uint pack_i8x4(ivec4 q) {
-    const uvec4 b = uvec4(q) & 0xFFu;
-    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
-}
-
 // quantize_q8_1.comp's arithmetic for the row at vec4 xv, one unit per
 // invocation; every invocation must call it (barriers).
 void quantize_row(const uint xv, const uint units) {
@@ -179,13 +175,7 @@ void quantize_row(const uint xv, const uint units) {
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             vec4 t = live ? data_xf[xv + 8u * u + j] : vec4(0.0);
             if (norm && live) {
-                vec4 nw = data_norm[8u * u + j];
-                if (norm1) {
-                    nw += 1.0;
-                }
-                precise vec4 xhat = t * scale;
-                precise vec4 y = xhat * nw;
-                t = y;
+                t = norm_weighted(t, 8u * u + j, scale, norm1);
             }
             v[j] = t;
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
@@ -236,13 +226,7 @@ void quantize_row(const uint xv, const uint units) {
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             vec4 t = data_xf[xv + 8u * u + j];
             if (norm) {
-                vec4 nw = data_norm[8u * u + j];
-                if (norm1) {
-                    nw += 1.0;
-                }
-                precise vec4 xhat = t * scale;
-                precise vec4 y = xhat * nw;
-                t = y;
+                t = norm_weighted(t, 8u * u + j, scale, norm1);
             }
             v[j] = t;
             const vec4 a = abs(t);

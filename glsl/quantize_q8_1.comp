@@ -40,14 +40,10 @@ layout(binding = 2) readonly buffer N { vec4 data_norm[]; };
 
 #include "common/reduce.glsl"
 #include "common/round.glsl"
+#include "common/quantize_q8.glsl"
 
 shared float sh_amax[QWG];
 shared int sh_sum[QWG];
-
-uint pack_i8x4(ivec4 q) {
-    const uvec4 b = uvec4(q) & 0xFFu;
-    return b.x | (b.y << 8) | (b.z << 16) | (b.w << 24);
-}
 
 void main() {
     const uint vecs = p.k / 4u;
@@ -80,13 +76,7 @@ void main() {
 
     vec4 t = live ? data_x[xs + v] : vec4(0.0);
     if (norm && live) {
-        vec4 nw = data_norm[v];
-        if (norm1) {
-            nw += 1.0;
-        }
-        precise vec4 xhat = t * scale;
-        precise vec4 y = xhat * nw;
-        t = y;
+        t = norm_weighted(t, v, scale, norm1);
     }
     const vec4 a = abs(t);
     sh_amax[lid] = max(max(a.x, a.y), max(a.z, a.w));

@@ -29,7 +29,7 @@ use crate::error::Result;
 /// assert_eq!(CacheKind::default(), CacheKind::Contiguous);
 /// assert_eq!(CacheConfig::paged(4096, 256).kind, CacheKind::Paged);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum CacheKind {
     /// One contiguous block of `n_ctx` rows per layer.
     #[default]

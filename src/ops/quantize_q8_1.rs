@@ -98,6 +98,38 @@ impl<'a> Q8Rows<'a> {
     }
 }
 
+/// Checks f32 rows that `kernel` quantizes (here, or in the integer
+/// matvec's workgroups; `what` names them in errors) and the weight of the
+/// norm folded in: whole
+/// 32-blocks, rows on 16-byte boundaries (vec4 loads), a norm weight as
+/// long as a row.
+///
+/// # Errors
+/// As listed, or a view outside its buffer.
+pub(crate) fn check_f32_rows(
+    kernel: &'static str,
+    what: &'static str,
+    x: Mat<'_>,
+    norm: Option<NormWeight<'_>>,
+) -> Result<()> {
+    x.check(what)?;
+    if !x.cols.is_multiple_of(32) || !x.aligned4() {
+        return Err(ModelError::kernel(
+            kernel,
+            format!("{x:?}: columns not whole blocks, or rows not on 16-byte boundaries"),
+        ));
+    }
+    if let Some(nm) = norm
+        && nm.weight.size() < 4 * x.cols as u64
+    {
+        return Err(ModelError::invalid(
+            "norm weight",
+            format!("{} bytes for {} columns", nm.weight.size(), x.cols),
+        ));
+    }
+    Ok(())
+}
+
 /// Records `out = quantize(x)` (or of `x`'s RMS norm with `norm`'s weight),
 /// each token's row spread over workgroups of 1024 values.
 ///
@@ -117,22 +149,8 @@ pub fn record_quantize_q8_1(
             got: vec![out.rows as u64, out.cols as u64],
         });
     }
-    x.check("quantize_q8_1 input")?;
+    check_f32_rows("quantize_q8_1", "quantize_q8_1 input", x, norm)?;
     out.check("quantize_q8_1 output")?;
-    if !x.cols.is_multiple_of(32) || !x.aligned4() {
-        return Err(ModelError::kernel(
-            "quantize_q8_1",
-            format!("{x:?}: columns not whole blocks, or rows not on 16-byte boundaries"),
-        ));
-    }
-    if let Some(nm) = norm
-        && nm.weight.size() < 4 * x.cols as u64
-    {
-        return Err(ModelError::invalid(
-            "norm weight",
-            format!("{} bytes for {} columns", nm.weight.size(), x.cols),
-        ));
-    }
     let mut flags = 0;
     if let Some(nm) = norm {
         flags |= QuantizeQ81Params::NORM;

@@ -506,7 +506,7 @@ impl Session {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (Arc::as_ptr(&self.model) as *const () as usize).hash(&mut h);
-            format!("{:?}", self.cache.kind()).hash(&mut h);
+            self.cache.kind().hash(&mut h);
             self.cache.device_bytes().hash(&mut h);
             m.hash(&mut h);
             h.finish()

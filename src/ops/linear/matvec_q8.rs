@@ -19,7 +19,7 @@ use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording, groups_1d};
 use crate::ops::Mat;
 use crate::ops::glu::Activation;
 use crate::ops::params::MatvecQ8Params;
-use crate::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
+use crate::ops::quantize_q8_1::{Q8Rows, check_f32_rows, record_quantize_q8_1};
 use crate::ops::rms_norm::{NormFlavor, NormWeight};
 use crate::ops::{kernel_subgroup, pc_u32};
 use crate::quant::{QuantType, QuantWeight};
@@ -230,34 +230,17 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
             got: vec![x_rows as u64, x_cols as u64],
         });
     }
-    // (buffer, offset, stride) in the kernel's units: words or vec4s.
-    let (x_buf, x_offset, ld_x) = match x {
+    // (buffer, offset, stride) in the kernel's units (words or vec4s),
+    // whether the workgroups quantize, and the norm they fold in.
+    let (x_buf, x_offset, ld_x, in_wg, norm) = match x {
         Q8Input::Quantized(xq) => {
             xq.check("matvec_q8 input")?;
-            (xq.buf, xq.offset, xq.ld)
+            (xq.buf, xq.offset, xq.ld, false, None)
         }
         Q8Input::F32 { x, norm } => {
-            x.check("matvec_q8 input")?;
-            if !x.cols.is_multiple_of(32) || !x.aligned4() {
-                return Err(ModelError::kernel(
-                    "matvec_q8",
-                    format!("{x:?}: columns not whole blocks, or rows not on 16-byte boundaries"),
-                ));
-            }
-            if let Some(nm) = norm
-                && nm.weight.size() < 4 * x.cols as u64
-            {
-                return Err(ModelError::invalid(
-                    "norm weight",
-                    format!("{} bytes for {} columns", nm.weight.size(), x.cols),
-                ));
-            }
-            (x.buf, x.offset / 4, x.ld / 4)
+            check_f32_rows("matvec_q8", "matvec_q8 input", x, norm)?;
+            (x.buf, x.offset / 4, x.ld / 4, true, norm)
         }
-    };
-    let (in_wg, norm) = match x {
-        Q8Input::F32 { norm, .. } => (true, norm),
-        Q8Input::Quantized(_) => (false, None),
     };
     if in_workgroup_only(w.qtype()) && !in_wg {
         return Err(ModelError::kernel(
