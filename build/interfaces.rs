@@ -364,7 +364,7 @@ pub fn interfaces() -> Vec<Interface> {
         Interface {
             family: "skinny",
             rust: "SkinnyParams",
-            doc: "`glsl/matmul_skinny.comp`: cooperative-matrix products of 9-16 tokens.",
+            doc: "`glsl/matmul_skinny.comp`: cooperative-matrix products of 9-128 tokens.",
             glsl_prefix: "LINEAR",
             fields: skinny_fields,
             flags: skinny_flags,

@@ -120,7 +120,7 @@ pub const PER_WEIGHT: &[PerWeight] = &[
         file: "matmul_skinny.comp",
         defines: &[],
         vulkan13: true,
-        doc: "Cooperative-matrix products of 9-64 tokens, f32 input.",
+        doc: "Cooperative-matrix products of 9-128 tokens, f32 input.",
     },
     PerWeight {
         ctor: "skinny_f32_norm",
@@ -129,7 +129,7 @@ pub const PER_WEIGHT: &[PerWeight] = &[
         file: "matmul_skinny.comp",
         defines: &[("NORM_IN", "1")],
         vulkan13: true,
-        doc: "Cooperative-matrix products of 9-64 tokens, an RMS norm folded into the f32 input.",
+        doc: "Cooperative-matrix products of 9-128 tokens, an RMS norm folded into the f32 input.",
     },
     PerWeight {
         ctor: "skinny_f16",
@@ -138,7 +138,7 @@ pub const PER_WEIGHT: &[PerWeight] = &[
         file: "matmul_skinny.comp",
         defines: &[("X_F16", "1")],
         vulkan13: true,
-        doc: "Cooperative-matrix products of 9-64 tokens, f16 input.",
+        doc: "Cooperative-matrix products of 9-128 tokens, f16 input.",
     },
 ];
 

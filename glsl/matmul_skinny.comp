@@ -14,7 +14,10 @@
 // subgroups of each row group add their results in turn and the sum is
 // stored with matmul_coop.comp's epilogue (common/coop_out.glsl).
 // Same bindings and push constants as matmul_coop.comp; a workgroup covers
-// WM * TM * 16 rows and 16 tokens (gl_WorkGroupID.y: the 16-token block).
+// WM * TM * 16 rows and TN * 16 tokens (gl_WorkGroupID.y: the token block).
+// With TN > 1 each dequantized weight tile serves TN 16-token blocks: at 64
+// tokens of a batched decode step the weights are dequantized, staged and
+// loaded once instead of four times.
 // X needs 4-element alignment. With X_F16, X holds f16 activations (offsets
 // and strides in halves), copied rather than converted. Binding 6 aliases
 // D as f16 for the gated output of LINEAR_OUT_F16 (common/coop_out.glsl).
@@ -43,15 +46,18 @@ layout(constant_id = 2) const uint WM = 1;        // subgroups along rows
 layout(constant_id = 3) const uint WK = 8;        // subgroups along K
 layout(constant_id = 4) const uint TM = 1;        // 16-row matrices per subgroup
 layout(constant_id = 5) const uint BK = 64;       // columns per chunk (multiple of 64)
+layout(constant_id = 6) const uint TN = 1;        // 16-token blocks per workgroup
 
 const uint NSG = WM * WK;
+const uint TOK = 16u * TN;          // tokens per workgroup
 const uint WGS = NSG * 32u;
 const uint SPC = BK / 32u;          // sub-blocks per row and chunk
 const uint VPC = BK / 4u;           // 4-element vectors per token and chunk
 const uint A_SUBS = 16u * SPC / 32u; // weight sub-blocks per invocation and row tile
-const uint X_VECS = 16u * VPC / 32u;
+const uint X_VECS = TOK * VPC / 32u;
 const uint KM = BK / 16u;           // B matrices per chunk
-// f16vec4 row stride of a subgroup's tiles; the 8 extra halves spread rows over banks.
+// f16vec4 row stride of a subgroup's tiles; the 8 extra halves spread rows
+// over banks (cooperative-matrix loads need strides of whole 16 bytes).
 const uint S4 = (BK + 8u) / 4u;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
@@ -78,27 +84,37 @@ layout(binding = 8) readonly buffer NW { vec4 data_nw4[]; };
 #include "common/rope.glsl"
 #include "common/coop_out.glsl"
 
-// Per subgroup: one 16-row tile of weights and its 16 tokens of the current chunk.
+// Per subgroup: one 16-row tile of weights and its TOK tokens of the current chunk.
 shared f16vec4 sa[NSG * 16u * S4];
-shared f16vec4 sx[NSG * 16u * S4];
-// Per row group: the sum of its K subgroups' results, token-major 16 x 16 tiles.
-shared float sc[WM * TM * 256u];
-// NORM_IN: each token's 1 / rms of the workgroup's 16.
-shared float sr[16];
+shared f16vec4 sx[NSG * TOK * S4];
+// Per row group: the sum of its K subgroups' results, token-major 16 x 16
+// tiles, (row tile, token block) in row-tile-major order.
+shared float sc[WM * TM * TN * 256u];
+// NORM_IN: each token's 1 / rms of the workgroup's TOK.
+shared float sr[TOK];
 
+#if defined(DATA_A_Q4_0)
+// This invocation's weights of the next row tile, as loaded: four words of
+// nibbles and the block's scale. Dequantized only when stored, after the
+// current tile's products, so the loads' latency hides behind them (and
+// five registers per sub-block hold them instead of sixteen).
+uvec4 wraw[A_SUBS];
+float16_t wscale[A_SUBS];
+#else
 // This invocation's weights of the next row tile.
 f16vec4 wreg[A_SUBS][8];
+#endif
 
 #if defined(DATA_A_Q4_0)
 // Q4_0 straight to f16, two weights per instruction: the bits 0x6400 | q
 // are 1024 + q, less 1032 is q - 8 exactly, and the product with d rounds
 // once, as the f32 path's conversion of its exact product does. At 16
 // tokens the dequantization bounds the products more than their loads.
-void dequant_q4_0_f16(uint nb, uint ib, out f16vec4 w[8]) {
-    const f16vec2 d = f16vec2(float16_t(a_scale(nb, ib, 0u)));
+void dequant_q4_0_f16(uvec4 raw, float16_t scale, out f16vec4 w[8]) {
+    const f16vec2 d = f16vec2(scale);
     const f16vec2 off = f16vec2(float16_t(1032.0));
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        const uint q = data_a[ib * PLANE0_WORDS + k];
+        const uint q = raw[k];
         // Bytes 0 and 2 of each shift, then 1 and 3: elements 4k and
         // 4k + 2, 4k + 1 and 4k + 3 (low nibbles), 16 on (high ones).
         const f16vec2 l02 = (unpackFloat2x16((q & 0x000F000Fu) | 0x64006400u) - off) * d;
@@ -118,17 +134,17 @@ void load_a(uint row, uint c, uint lane) {
         const uint r = row + u / SPC;
         const uint s = c * SPC + u % SPC;
 #if defined(DATA_A_Q4_0)
-        f16vec4 h[8];
+        // (a zero scale makes the padding's weights zeros)
+        uvec4 raw = uvec4(0u);
+        float16_t d = float16_t(0.0);
         if (r < p.m && s < subs) {
-            dequant_q4_0_f16(p.nb, r * subs + s, h);
-        } else {
-            [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                h[j] = f16vec4(0.0);
-            }
+            const uint ib = r * subs + s;
+            raw = uvec4(data_a[ib * PLANE0_WORDS], data_a[ib * PLANE0_WORDS + 1u],
+                        data_a[ib * PLANE0_WORDS + 2u], data_a[ib * PLANE0_WORDS + 3u]);
+            d = float16_t(a_scale(p.nb, ib, 0u));
         }
-        [[unroll]] for (uint j = 0u; j < 8u; j++) {
-            wreg[i][j] = h[j];
-        }
+        wraw[i] = raw;
+        wscale[i] = d;
 #else
         vec4 w[8];
         if (r < p.m && s < subs) {
@@ -149,9 +165,17 @@ void store_a(uint abase, uint lane) {
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
         const uint u = lane + 32u * i;
         const uint o = abase + (u / SPC) * S4 + (u % SPC) * 8u;
+#if defined(DATA_A_Q4_0)
+        f16vec4 w[8];
+        dequant_q4_0_f16(wraw[i], wscale[i], w);
+        [[unroll]] for (uint j = 0u; j < 8u; j++) {
+            sa[o + j] = w[j];
+        }
+#else
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             sa[o + j] = wreg[i][j];
         }
+#endif
     }
 }
 
@@ -174,29 +198,31 @@ void main() {
     const uint sm = sg % WM;
     const uint sk = sg / WM;
     const uint row0 = gl_WorkGroupID.x * WM * TM * 16u;
-    const uint tok0 = gl_WorkGroupID.y * 16u;
+    const uint tok0 = gl_WorkGroupID.y * TOK;
     const uint srow = row0 + sm * TM * 16u;   // this subgroup's first row
     const uint base = sg * 16u * S4;          // its staging areas
+    const uint xbase = sg * TOK * S4;
     const uint chunks = (p.k + BK - 1u) / BK;
     const uint first = sk;   // this subgroup's first chunk
     const uint stride = WK;
 
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM];
-    [[unroll]] for (uint i = 0u; i < TM; i++) {
+    // acc[i * TN + u]: row tile i, token block u
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM * TN];
+    [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
         acc[i] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
     }
 
 #if defined(NORM_IN)
     // The sums of squares of this subgroup's tokens (sg, sg + NSG, ...),
     // the first 128 per token loaded together with the first weights.
-    const uint PRO_T = (16u + NSG - 1u) / NSG;
+    const uint PRO_T = (TOK + NSG - 1u) / NSG;
     float part[PRO_T][4];
     [[unroll]] for (uint it = 0u; it < PRO_T; it++) {
         const uint tl = sg + it * NSG;
         const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             const uint g = lane + 32u * j;
-            part[it][j] = tl < 16u && tok0 + tl < p.n && g < p.sq_groups ? data_sq[b + g] : 0.0;
+            part[it][j] = tl < TOK && tok0 + tl < p.n && g < p.sq_groups ? data_sq[b + g] : 0.0;
         }
     }
 #endif
@@ -208,13 +234,13 @@ void main() {
         const uint tl = sg + it * NSG;
         float ss = (part[it][0] + part[it][1]) + (part[it][2] + part[it][3]);
         const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
-        if (tl < 16u && tok0 + tl < p.n) {
+        if (tl < TOK && tok0 + tl < p.n) {
             for (uint g = lane + 128u; g < p.sq_groups; g += 32u) {
                 ss += data_sq[b + g];
             }
         }
         ss = subgroupAdd(ss);
-        if (tl < 16u && lane == 0u) {
+        if (tl < TOK && lane == 0u) {
             // (tokens past n: 1 / sqrt(eps), never the smallest)
             sr[tl] = inversesqrt(ss / float(p.k) + p.eps);
         }
@@ -229,7 +255,7 @@ void main() {
     // Per-token scales at staging cost registers (8 per invocation) and
     // with them occupancy: qkv at 16 tokens 20 against 14 us on the H200.
     float scale = sr[0];
-    [[unroll]] for (uint i = 1u; i < 16u; i++) {
+    [[unroll]] for (uint i = 1u; i < TOK; i++) {
         scale = min(scale, sr[i]);
     }
     scale = min(scale, 65504.0);
@@ -244,7 +270,18 @@ void main() {
             nw = norm_weight(c * BK + 4u * (lane % VPC)) * scale;
         }
 #endif
+        // f32 activations one 16-token block at a time: with all of them
+        // in flight the loaded vectors took registers (and occupancy):
+        // llama-1b gate/up with the norm folded in, 64 tokens, four row
+        // tiles and two blocks, 131.6 us, 117.8 this way, on the H200 (one
+        // block: 84.5; Plan::folds_norm_from_squares keeps such weights on
+        // f16 input past 32 tokens).
+#if defined(X_F16)
         [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
+#else
+        [[dont_unroll]] for (uint i0 = 0u; i0 < X_VECS; i0 += X_VECS / TN) {
+        [[unroll]] for (uint i = i0; i < i0 + X_VECS / TN; i++) {
+#endif
             const uint v = lane + 32u * i;
             const uint t = v / VPC;
             const uint col = c * BK + 4u * (v % VPC);
@@ -260,14 +297,21 @@ void main() {
                 x = f16vec4(xf);
 #endif
             }
-            sx[base + t * S4 + v % VPC] = x;
+            sx[xbase + t * S4 + v % VPC] = x;
         }
+#if !defined(X_F16)
+        }
+#endif
         subgroupMemoryBarrierShared();
         subgroupBarrier();
-        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[KM];
-        [[unroll]] for (uint j = 0u; j < KM; j++) {
-            // B(k, t) = sx[t * S4 + k / 4]: column-major
-            coopMatLoad(mb[j], sx, base + 4u * j, S4, gl_CooperativeMatrixLayoutColumnMajor);
+        // mb[u * KM + j]: token block u, columns 16 j..16 j + 15
+        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[KM * TN];
+        [[unroll]] for (uint u = 0u; u < TN; u++) {
+            [[unroll]] for (uint j = 0u; j < KM; j++) {
+                // B(k, t) = sx[t * S4 + k / 4]: column-major
+                coopMatLoad(mb[u * KM + j], sx, xbase + u * 16u * S4 + 4u * j, S4,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+            }
         }
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             store_a(base, lane);
@@ -284,7 +328,9 @@ void main() {
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma;
                 // A(r, k) = sa[r * S4 + k / 4]: row-major
                 coopMatLoad(ma, sa, base + 4u * j, S4, gl_CooperativeMatrixLayoutRowMajor);
-                acc[i] = coopMatMulAdd(ma, mb[j], acc[i]);
+                [[unroll]] for (uint u = 0u; u < TN; u++) {
+                    acc[i * TN + u] = coopMatMulAdd(ma, mb[u * KM + j], acc[i * TN + u]);
+                }
             }
             // The next stores overwrite what these loads read.
             subgroupMemoryBarrierShared();
@@ -295,8 +341,9 @@ void main() {
     // The K subgroups of a row group add into its tiles in turn.
     [[unroll]] for (uint g = 0u; g < WK; g++) {
         if (sk == g) {
-            [[unroll]] for (uint i = 0u; i < TM; i++) {
-                const uint o = (sm * TM + i) * 256u;   // sc[o + token * 16 + row]
+            [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
+                // sc[o + token * 16 + row]
+                const uint o = (sm * TM * TN + i) * 256u;
                 if (g > 0u) {
                     coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> prev;
                     coopMatLoad(prev, sc, o, 16, gl_CooperativeMatrixLayoutColumnMajor);
@@ -307,15 +354,17 @@ void main() {
         }
         barrier();
     }
-    // Element e of tile (sm, i): row sm * TM * 16 + 16 i + e % 16, token
-    // e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
+    // Element e of tile q / 256 (row tile rt = q / 256 / TN of the
+    // workgroup, token block u = q / 256 % TN): row 16 rt + e % 16, token
+    // 16 u + e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
     const bool squares = (p.flags & LINEAR_SQUARES_OUT) != 0u;
-    for (uint q = tid; q < WM * TM * 256u; q += WGS) {
+    for (uint q = tid; q < WM * TM * TN * 256u; q += WGS) {
         const uint e = q % 256u;
-        const uint row = row0 + (q / 256u) * 16u + e % 16u;
-        const uint t = tok0 + e / 16u;
+        const uint row = row0 + (q / 256u / TN) * 16u + e % 16u;
+        const uint tl = (q / 256u % TN) * 16u + e / 16u;
+        const uint t = tok0 + tl;
 #if defined(NORM_IN)
-        const float f = sr[e / 16u] / scale;
+        const float f = sr[tl] / scale;
 #else
         const float f = 1.0;
 #endif
@@ -334,16 +383,18 @@ void main() {
     }
     if (squares) {
         barrier();
-        for (uint j = tid; j < WM * TM * 16u; j += WGS) {
-            const uint tile = j / 16u;
-            const uint tl = j % 16u;
-            const uint row = row0 + tile * 16u;
+        for (uint j = tid; j < WM * TM * TOK; j += WGS) {
+            const uint rt = j / TOK;     // row tile
+            const uint tl = j % TOK;
+            const uint tile = rt * TN + tl / 16u;
+            const uint tt = tl % 16u;    // token in the tile
+            const uint row = row0 + rt * 16u;
             const uint t = tok0 + tl;
             if (row < p.m && t < p.n) {
                 float ss = 0.0;
-                // starting at row tl: the 16 tokens' reads fall in distinct banks
+                // starting at row tt: the 16 tokens' reads fall in distinct banks
                 [[unroll]] for (uint i = 0u; i < 16u; i++) {
-                    ss += sc[tile * 256u + tl * 16u + (i + tl) % 16u];
+                    ss += sc[tile * 256u + tt * 16u + (i + tt) % 16u];
                 }
                 data_sq[p.sq_offset + t * p.sq_groups + (p.row_offset + row) / 16u] = ss;
             }

@@ -6,7 +6,8 @@
 //!    prompts whose prefill or generation crosses page boundaries;
 //! 2. 8 sessions with prompts of different lengths, prefilled in one batched
 //!    call and decoded together, give each the greedy tokens it gives alone
-//!    (logits within 1e-3 of the row's largest magnitude);
+//!    (logits within 1e-3 of the row's largest magnitude, 5e-3 on GPUs whose
+//!    batches of 4+ run the cooperative-matrix products on f16 activations);
 //! 3. 8 forks of one 300-token prompt hold the prompt's pages once plus one
 //!    page each (the copied partial page), and each continues exactly like a
 //!    contiguous session that evaluated the same tokens.
@@ -160,12 +161,17 @@ fn batch_of_eight_equals_each_alone() {
         m.prefill_batch(&mut refs, &views).expect("batched prefill");
     }
     let mut worst = 0.0f32;
+    let tol = if combs::ops::plan::f16_activations(&common::gpu(), prompts.len()) {
+        5e-3
+    } else {
+        1e-3
+    };
     for step in 0..steps {
         let mut next = Vec::new();
         for (i, s) in ss.iter().enumerate() {
             let d = rel_diff(s.logits(), &alone[i].1[step]);
             worst = worst.max(d);
-            assert!(d <= 1e-3, "session {i}, step {step}: logits differ by {d}");
+            assert!(d <= tol, "session {i}, step {step}: logits differ by {d}");
             let t = argmax(s.logits());
             assert_eq!(t, alone[i].0[step], "session {i}, step {step}");
             next.push(t);

@@ -201,6 +201,9 @@ fn coop_tiles_match_ref() {
         // independent subgroups: 16 rows, K split eight ways
         CoopTile::STREAM,
         SKINNY_2X32_ROWS,
+        SKINNY_TOKEN_BLOCKS[0],
+        SKINNY_TOKEN_BLOCKS[1],
+        SKINNY_TOKEN_BLOCKS[2],
     ];
     for tile in tiles {
         for (t, rows, cols, n) in [
@@ -239,6 +242,28 @@ const SKINNY_4_TILES: CoopTile = CoopTile {
     tm: 4,
     ..CoopTile::STREAM
 };
+/// Skinny layouts of several 16-token blocks per workgroup (each weight
+/// tile dequantized once for all of them): 2 blocks with six K-subgroups, 4
+/// with three, and 3 blocks of two row tiles each (partial blocks of tokens
+/// in every case below).
+const SKINNY_TOKEN_BLOCKS: [CoopTile; 3] = [
+    CoopTile {
+        wk: 6,
+        tn: 2,
+        ..CoopTile::STREAM
+    },
+    CoopTile {
+        wk: 3,
+        tn: 4,
+        ..CoopTile::STREAM
+    },
+    CoopTile {
+        wk: 2,
+        tm: 2,
+        tn: 3,
+        ..CoopTile::STREAM
+    },
+];
 
 #[test]
 fn matvec_every_type_matches_ref() {
@@ -461,6 +486,8 @@ fn coop_epilogue_matches_ref() {
             skinny: false,
         },
         SKINNY_4_TILES,
+        SKINNY_TOKEN_BLOCKS[1],
+        SKINNY_TOKEN_BLOCKS[2],
     ] {
         for (t, n) in [
             (QuantType::Q4_0, 7),
@@ -2175,6 +2202,9 @@ fn skinny_f16_activations_match_ref() {
         },
         SKINNY_4_TILES,
         SKINNY_2X32_ROWS,
+        SKINNY_TOKEN_BLOCKS[0],
+        SKINNY_TOKEN_BLOCKS[1],
+        SKINNY_TOKEN_BLOCKS[2],
     ];
     for tile in tiles {
         for (t, rows, cols, n) in [
@@ -2307,6 +2337,9 @@ fn skinny_norm_between_products_matches_ref() {
         },
         SKINNY_4_TILES,
         SKINNY_2X32_ROWS,
+        SKINNY_TOKEN_BLOCKS[0],
+        SKINNY_TOKEN_BLOCKS[1],
+        SKINNY_TOKEN_BLOCKS[2],
     ];
     let cases = [
         (

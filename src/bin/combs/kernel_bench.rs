@@ -825,6 +825,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                 let input = Input::NormedBySquares { x, norm, squares };
                                 (input, Output::Store(y32))
                             };
+                            // `auto`: the choice for this input
+                            let c = tile.unwrap_or_else(|| {
+                                CoopTile::choose_for(&ctx, m.rows, m.cols, n, !accumulate)
+                            });
                             let us = time(&ctx, args.reps.min(16), |rec, i| {
                                 let w = &copies[i % copies.len()];
                                 let call = LinearCall::new(w, None, input, output)
@@ -832,8 +836,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                     .with_tile(Some(c));
                                 record_linear(rec, &call)
                             })?;
-                            let label =
-                                format!("co{}x1x{}x{}x1x{}s{suffix} n={n}", c.wm, c.wk, c.tm, c.bk);
+                            let label = format!(
+                                "co{}x1x{}x{}x{}x{}s{suffix} n={n}",
+                                c.wm, c.wk, c.tm, c.tn, c.bk
+                            );
                             print_row(out, &m, t, &label, us, flop / us / 1e6)?;
                         }
                     }

@@ -17,8 +17,8 @@ use crate::quant::WeightChunk;
 /// subgroups of 32, each multiplying `tm × tn` 16×16 matrices over `bk`
 /// columns per step; `wk` > 1 splits K inside the workgroup. With `skinny`,
 /// `matmul_skinny.comp` runs it: each subgroup streams its own chunks of K
-/// without workgroup barriers (`wn` and `tn` are 1: 16 tokens per
-/// workgroup); otherwise `matmul_coop.comp`, whose subgroups step through
+/// without workgroup barriers (`wn` is 1; `tn` 16-token blocks per
+/// workgroup share each dequantized weight tile); otherwise `matmul_coop.comp`, whose subgroups step through
 /// K together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoopTile {
@@ -121,7 +121,7 @@ impl CoopTile {
     /// Floats of the result staging area.
     fn staging_floats(&self) -> u32 {
         if self.skinny {
-            self.wm * self.tm * 256
+            self.wm * self.tm * self.tn * 256
         } else if self.wk == 1 {
             256 * self.wm * self.wn
         } else {
@@ -133,9 +133,10 @@ impl CoopTile {
     pub fn shared_bytes(&self) -> usize {
         let sa = (self.wk * self.bk + 8) as usize;
         let tiles = if self.skinny {
-            // Each subgroup's 16 rows and 16 tokens of one chunk.
+            // Each subgroup's 16 rows and 16 * tn tokens of one chunk, and
+            // the workgroup's 1 / rms per token (NORM_IN).
             let subgroups = (self.wm * self.wk) as usize;
-            2 * (self.bk as usize + 8) * subgroups * 32
+            2 * (self.bk as usize + 8) * subgroups * 16 * (1 + self.tn as usize) + 4 * self.bn()
         } else {
             2 * sa * (self.bm() + self.bn())
         };
@@ -162,6 +163,13 @@ impl CoopTile {
     /// the 32-row tile (`combs kernel-bench --preset smollm2-135m --type
     /// f16 --tokens 1536,13312 --coop-tiles ...`).
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
+        Self::choose_for(ctx, rows, cols, n, false)
+    }
+
+    /// [`CoopTile::choose`] for an input that is the raw residual with its
+    /// RMS norm folded in (`norm_in`: batched decode's Q/K/V and gate/up),
+    /// whose f32 loads and scaling leave registers for fewer accumulators.
+    pub fn choose_for(ctx: &GpuContext, rows: usize, cols: usize, n: usize, norm_in: bool) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
         if n <= super::SKINNY_MAX_TOKENS {
             // Wide weights take four row tiles per subgroup, so each
@@ -191,6 +199,11 @@ impl CoopTile {
                 }
             } else {
                 CoopTile::STREAM
+            };
+            let tile = if n > 16 {
+                skinny_blocks(ctx, tile, rows, cols, n, norm_in)
+            } else {
+                tile
             };
             // STREAM, the smallest, where the device's shared memory holds
             // no more: every batch of this size then takes a skinny tile,
@@ -232,12 +245,14 @@ impl CoopTile {
             && self.bk > 0
             && self.bk.is_multiple_of(32);
         let ok = if self.skinny {
-            // Whole weight sub-blocks per invocation and row tile.
+            // Whole weight sub-blocks per invocation and row tile; the
+            // accumulators (tm * tn matrices) within what registers hold.
             self.wm > 0
                 && self.wk > 0
                 && self.wn == 1
-                && self.tn == 1
+                && (1..=4).contains(&self.tn)
                 && (1..=8).contains(&self.tm)
+                && self.tm * self.tn <= 8
                 && self.wm * self.wk <= 32
                 && self.bk > 0
                 && self.bk.is_multiple_of(64)
@@ -251,7 +266,15 @@ impl CoopTile {
             ));
         }
         Ok(if self.skinny {
-            vec![self.invocations(), 32, self.wm, self.wk, self.tm, self.bk]
+            vec![
+                self.invocations(),
+                32,
+                self.wm,
+                self.wk,
+                self.tm,
+                self.bk,
+                self.tn,
+            ]
         } else {
             vec![
                 self.invocations(),
@@ -273,6 +296,73 @@ impl CoopTile {
 /// tokens, the output projection's 128 workgroups ran in 150 µs with it
 /// (253 µs with 64 × 64 tiles), the Q/K/V projection's 192 (one and a half
 /// waves) in 307 µs (257 with 64 × 64). Without an SM count, any number does.
+/// The skinny layout for 17-128 tokens: the one that reuses each
+/// dequantized weight tile the most (row tiles per subgroup × 16-token
+/// blocks per workgroup) while its workgroups still make about one and a
+/// half waves (1.4 per SM), with as many K-subgroups as shared memory
+/// holds. On the H200 (`combs kernel-bench --preset llama-1b|llama-8b
+/// --type q4_0 --tokens 24,32,48,64,128 --x-f16 --coop-tiles ...`, µs,
+/// against one row tile and one token block per subgroup): llama-1b at 64
+/// tokens Q/K/V 25.0 (28.4), output 17.7 (20.8), gate/up 66.5 (84.5 with 4
+/// row tiles), down 48.6 (57.2), head 530 (648); at 32 tokens output and
+/// down keep one block (12.6, 31.7), Q/K/V takes two (18.0 against 20.5);
+/// at 128 (two workgroup rows of 64 tokens) Q/K/V 35.7, output 24.2,
+/// gate/up 127.7, down 68.5 where the 64 × 64 tiles of `matmul_coop` take
+/// 56.8, 57.2, 131.2, 200.4. llama-8b at 64: Q/K/V 58.8 with 4 row tiles
+/// and 2 blocks, output 40.5 and down 122.8 with 2 and 2, gate/up 241.5,
+/// head 971. With the norm folded in (f32 input), four row tiles and two
+/// blocks lose to two and two: llama-1b gate/up at 64 tokens 117.8 against
+/// 93.0, llama-8b 389.0 against 298.0.
+fn skinny_blocks(
+    ctx: &GpuContext,
+    base: CoopTile,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    norm_in: bool,
+) -> CoopTile {
+    let one = CoopTile {
+        wk: if cols >= 8192 { 10 } else { 8 },
+        ..CoopTile::STREAM
+    };
+    let ladder = [
+        CoopTile {
+            wk: 5,
+            tm: 4,
+            tn: 2,
+            ..CoopTile::STREAM
+        },
+        CoopTile {
+            wk: 5,
+            tm: 2,
+            tn: 2,
+            ..CoopTile::STREAM
+        },
+        CoopTile {
+            wk: 6,
+            tn: 2,
+            ..CoopTile::STREAM
+        },
+        one,
+    ];
+    let sms = ctx.caps().sm_count.unwrap_or(128) as usize;
+    let enough = |t: &CoopTile| 10 * rows.div_ceil(t.bm()) * n.div_ceil(t.bn()) >= 14 * sms;
+    // Fewer K-subgroups where shared memory holds fewer.
+    let fitted = |t: CoopTile| {
+        (1..=t.wk)
+            .rev()
+            .map(|wk| CoopTile { wk, ..t })
+            .find(|c| c.fits(ctx))
+    };
+    ladder
+        .into_iter()
+        .skip(usize::from(norm_in))
+        .filter(enough)
+        .find_map(fitted)
+        .or_else(|| fitted(one))
+        .unwrap_or(base)
+}
+
 fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
     let Some(sms) = ctx.caps().sm_count else {
         return true;

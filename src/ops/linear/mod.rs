@@ -12,7 +12,7 @@
 //! - [`tiled`]: tiles through shared memory (portable prompts);
 //! - [`rows`]: one invocation per row with uniform loads (CPU devices);
 //! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them);
-//! - [`skinny`]: cooperative-matrix products of 9-64 tokens (batched decode).
+//! - [`skinny`]: cooperative-matrix products of 9-128 tokens (batched decode).
 //!
 //! Weights split into row chunks get one dispatch per chunk. [`api`] holds
 //! the spec's `Linear` (dense or `Quant(Box<dyn QuantLinearOp>)`), a layer
@@ -32,7 +32,7 @@ use half::f16;
 
 pub use coop::CoopTile;
 pub use matvec::{MATVEC_MAX_TOKENS, MatvecShape};
-pub use skinny::SKINNY_MAX_TOKENS;
+pub use skinny::{SKINNY_MAX_TOKENS, SKINNY_MIN_TOKENS};
 
 use super::glu::Activation;
 use super::params::LinearDims;
@@ -318,7 +318,7 @@ impl LinearVariant {
             // Only the cooperative-matrix products read f16 activations.
             AnyMat::F16(_) => LinearVariant::Coop,
             AnyMat::F32(x) => {
-                if n > MATVEC_MAX_TOKENS && !caps.cpu && x.aligned4() && caps.coop {
+                if n >= SKINNY_MIN_TOKENS && !caps.cpu && x.aligned4() && caps.coop {
                     LinearVariant::Coop
                 } else {
                     Self::choose_f32_for(caps, n, x)
@@ -650,7 +650,13 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
             }
             for chunk in call.weight.chunks() {
                 let tile = call.coop_tile.unwrap_or_else(|| {
-                    CoopTile::choose(rec.context(), chunk.n_rows, call.weight.cols(), call.n())
+                    CoopTile::choose_for(
+                        rec.context(),
+                        chunk.n_rows,
+                        call.weight.cols(),
+                        call.n(),
+                        matches!(call.input, Input::NormedBySquares { .. }),
+                    )
                 });
                 if tile.skinny {
                     skinny::record_chunk(rec, call, chunk, tile)?;

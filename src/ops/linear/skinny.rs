@@ -1,5 +1,5 @@
 //! The skinny family (`glsl/matmul_skinny.comp`): cooperative-matrix
-//! products of 9-64 tokens (batched decode), each subgroup streaming its
+//! products of 9-128 tokens (batched decode), each subgroup streaming its
 //! own chunks of K through its own staging area without workgroup
 //! barriers. Besides the cooperative epilogue (rope, gated activation) it
 //! takes f16 activations as they are, writes the gated output as f16, and
@@ -16,14 +16,25 @@ use crate::ops::pc_u32;
 use crate::ops::rms_norm::NormFlavor;
 use crate::quant::WeightChunk;
 
+/// Fewest tokens the cooperative-matrix products take on GPUs that have
+/// them (fewer run on the matvec, which reads each weight once per
+/// token). From 4 tokens the skinny kernel's padded 16-token block costs
+/// less than the matvec's repeated reads: on the H200, llama-1b, µs, matvec
+/// at 4 tokens against the skinny kernel at 16: Q/K/V 13.8 / 13.6, output
+/// 11.3 / 11.0, gate/up 37.9 / 29.6, down 29.2 / 27.6, head 253 / 176
+/// (`combs kernel-bench --preset llama-1b --tokens 4,16 --x-f16`); at 3
+/// tokens the matvec's three reads are cheaper in all but the head.
+pub const SKINNY_MIN_TOKENS: usize = 4;
+
 /// Most tokens the cooperative-matrix products stream through
-/// `matmul_skinny.comp` (one 16-token block per workgroup). Up to 64 its
-/// streaming tiles beat the tiled kernel's, whose few row tiles leave most
-/// of a big GPU idle at these token counts: on the H200, llama-1b at 64
-/// tokens, Q/K/V 28.5 against 59.2 µs, output 21.0 against 54.5, gate/up
-/// 97.8 against 63.4, down 59.4 against 217 (`combs kernel-bench --preset
-/// llama-1b --tokens 64 --coop-tiles ... --x-f16`); at 128 they are even.
-pub const SKINNY_MAX_TOKENS: usize = 64;
+/// `matmul_skinny.comp`. Up to 128 its streaming tiles (two 16-token blocks
+/// per workgroup past 16 tokens) beat the tiled kernel's, whose few row
+/// tiles leave most of a big GPU idle at these token counts: on the H200,
+/// llama-1b at 128 tokens, Q/K/V 35.7 against 56.8 µs, output 24.2
+/// against 57.2, gate/up 127.7 against 131.2, down 68.5 against 200.4
+/// (`combs kernel-bench --preset llama-1b --tokens 128 --coop-tiles ...
+/// --x-f16`).
+pub const SKINNY_MAX_TOKENS: usize = 128;
 
 /// Records one chunk's product on the skinny kernel.
 ///

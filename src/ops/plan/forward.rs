@@ -431,7 +431,8 @@ impl<'r, 'a> Forward<'r, 'a> {
         if self.plan.folds_norm(AnyMat::F32(x)) || self.int_dot_folds_norm(consumers) {
             return Ok(Input::Normed { x, norm });
         }
-        if self.squares && self.plan.norm_in_products {
+        let rows = consumers.iter().map(|w| w.weight.rows()).max().unwrap_or(0);
+        if self.squares && self.plan.folds_norm_from_squares(rows) {
             return Ok(Input::NormedBySquares {
                 x,
                 norm,

@@ -36,6 +36,7 @@ use super::backend::{Kernels, VULKAN};
 use super::host::HOST;
 use super::linear::{
     CoopTile, Input, KernelCaps, LinearVariant, MATVEC_MAX_TOKENS, SKINNY_MAX_TOKENS,
+    SKINNY_MIN_TOKENS,
 };
 use super::{AnyMat, is_cpu};
 use crate::gpu::{DeviceClass, GpuContext};
@@ -252,6 +253,21 @@ impl Plan {
                 })
     }
 
+    /// Whether products of weights with `rows` output features read the
+    /// raw residual with its RMS norm folded in from the sums of squares the
+    /// previous product wrote (decode steps on the skinny kernel), rather
+    /// than the norm's f16 output. Past 32 tokens the wide weights (gate/up)
+    /// lose more to the fold than a norm dispatch costs: their f16 layout
+    /// holds twice the accumulators, which the folded variant's f32 loads
+    /// leave no registers for. On the H200, gate/up with the norm folded
+    /// against f16 input, µs: llama-1b at 64 tokens 93.0 / 66.4, at 128
+    /// 181.3 / 127.0; llama-8b at 64 298.0 / 239.1, at 128 576.9 / 414.2
+    /// (`combs kernel-bench --tokens 32,64,128 --x-f16 --fold-norm`); a norm
+    /// dispatch is ~10 µs. Q/K/V keep the fold (1b at 64: 27.4 / 24.7).
+    pub fn folds_norm_from_squares(&self, rows: usize) -> bool {
+        self.norm_in_products && (self.n_tokens <= 32 || rows < 16384)
+    }
+
     /// Whether the step producing `cols`-wide activations for the products
     /// writes them as f16 (the products read them four at a time).
     pub fn f16_for(&self, cols: usize) -> bool {
@@ -276,15 +292,14 @@ impl Plan {
 }
 
 /// Whether the products of a batch of `n` tokens take f16 activations on
-/// this device: batches past the matvec's [`MATVEC_MAX_TOKENS`] up to
+/// this device: batches of [`SKINNY_MIN_TOKENS`] up to
 /// [`SKINNY_MAX_TOKENS`], on GPUs with cooperative matrices, where
 /// `matmul_skinny.comp` copies them into its staging areas instead of
 /// converting them in every subgroup. The steps that produce those inputs
 /// (the RMS norm, the gated epilogue, the decode attention) then write f16
 /// directly, rounding as the product would.
 pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
-    n > MATVEC_MAX_TOKENS
-        && n <= SKINNY_MAX_TOKENS
+    (SKINNY_MIN_TOKENS..=SKINNY_MAX_TOKENS).contains(&n)
         && !is_cpu(ctx)
         && LinearVariant::coop_available(ctx)
         && CoopTile::STREAM.fits(ctx)
