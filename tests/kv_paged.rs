@@ -183,14 +183,24 @@ fn batched_decode_matches_sessions_alone() {
         let mut next = Vec::new();
         for (s, rows) in sessions.iter().zip(&alone) {
             let i = next.len();
+            // Alone, short prompts run the f32 matvec; together, the
+            // prompts' pass runs f16 matrix units on GPUs that have them.
             let d = rel_diff(s.logits(), &rows[step]);
-            assert!(d <= 1e-3, "session {i} step {step}: differs by {d}");
-            let t = argmax(s.logits());
-            assert_eq!(
-                t,
-                argmax(&alone[i][step]),
-                "session {i} step {step}: greedy token"
+            assert!(
+                d <= ACROSS_SHAPES,
+                "session {i} step {step}: differs by {d}"
             );
+            let t = argmax(s.logits());
+            let scale = rows[step].iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            if top_margin(&rows[step]) > 2.0 * ACROSS_SHAPES * scale {
+                assert_eq!(
+                    t,
+                    argmax(&alone[i][step]),
+                    "session {i} step {step}: greedy token"
+                );
+            }
+            // Both continue with the token the session alone took.
+            let t = argmax(&alone[i][step]);
             next.push(t);
         }
         if step < steps {
