@@ -20,8 +20,8 @@ use combs::ops::attention::{
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::matvec_q8::Q8Input;
 use combs::ops::linear::{
-    CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums, matvec_q8,
-    record_linear,
+    CoopInput, CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums,
+    matvec_q8, record_linear,
 };
 use combs::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
 use combs::ops::rms_norm::{NormFlavor, NormWeight};
@@ -827,7 +827,19 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                             };
                             // `auto`: the choice for this input
                             let c = tile.unwrap_or_else(|| {
-                                CoopTile::choose_for(&ctx, m.rows, m.cols, n, !accumulate)
+                                CoopTile::choose_for(
+                                    &ctx,
+                                    m.rows,
+                                    m.cols,
+                                    n,
+                                    if accumulate && half {
+                                        CoopInput::F16
+                                    } else if accumulate {
+                                        CoopInput::F32
+                                    } else {
+                                        CoopInput::NormedBySquares
+                                    },
+                                )
                             });
                             let us = time(&ctx, args.reps.min(16), |rec, i| {
                                 let w = &copies[i % copies.len()];

@@ -13,6 +13,17 @@ use crate::ops::params::{CoopParams, RopeFold};
 use crate::ops::{AnyMat, pc_u32};
 use crate::quant::WeightChunk;
 
+/// What a cooperative-matrix product reads, as far as its tile depends on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopInput {
+    /// f32 activations.
+    F32,
+    /// f16 activations (what batched decode's norms and gates write).
+    F16,
+    /// The f32 residual with its RMS norm folded in from sums of squares.
+    NormedBySquares,
+}
+
 /// How the cooperative-matrix kernels tile a product: `wm × wn × wk`
 /// subgroups of 32, each multiplying `tm × tn` 16×16 matrices over `bk`
 /// columns per step; `wk` > 1 splits K inside the workgroup. With `skinny`,
@@ -163,14 +174,30 @@ impl CoopTile {
     /// the 32-row tile (`combs kernel-bench --preset smollm2-135m --type
     /// f16 --tokens 1536,13312 --coop-tiles ...`).
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
-        Self::choose_for(ctx, rows, cols, n, false)
+        Self::choose_for(ctx, rows, cols, n, CoopInput::F16)
     }
 
-    /// [`CoopTile::choose`] for an input that is the raw residual with its
-    /// RMS norm folded in (`norm_in`: batched decode's Q/K/V and gate/up),
-    /// whose f32 loads and scaling leave registers for fewer accumulators.
-    pub fn choose_for(ctx: &GpuContext, rows: usize, cols: usize, n: usize, norm_in: bool) -> Self {
+    /// [`CoopTile::choose`] for a product reading `input`. The raw residual
+    /// with its RMS norm folded in (batched decode's Q/K/V and gate/up)
+    /// leaves registers for fewer accumulators; f32 input lets a head of
+    /// 33-128 tokens take 64 × 64 tiles, which the skinny layouts do not
+    /// match there (llama-1b's 128256 rows at 64 tokens: 399 against 526 µs,
+    /// at 48 376 against 488; at 32 tokens 361 against 263).
+    pub fn choose_for(
+        ctx: &GpuContext,
+        rows: usize,
+        cols: usize,
+        n: usize,
+        input: CoopInput,
+    ) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
+        if input == CoopInput::F32
+            && (33..=super::SKINNY_MAX_TOKENS).contains(&n)
+            && rows >= 65536
+            && fits(&CoopTile::MID)
+        {
+            return CoopTile::MID;
+        }
         if n <= super::SKINNY_MAX_TOKENS {
             // Wide weights take four row tiles per subgroup, so each
             // staged chunk of activations serves 64 rows; narrower ones
@@ -201,7 +228,14 @@ impl CoopTile {
                 CoopTile::STREAM
             };
             let tile = if n > 16 {
-                skinny_blocks(ctx, tile, rows, cols, n, norm_in)
+                skinny_blocks(
+                    ctx,
+                    tile,
+                    rows,
+                    cols,
+                    n,
+                    input == CoopInput::NormedBySquares,
+                )
             } else {
                 tile
             };

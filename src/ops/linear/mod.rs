@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-pub use coop::CoopTile;
+pub use coop::{CoopInput, CoopTile};
 pub use matvec::{MATVEC_MAX_TOKENS, MatvecShape};
 pub use skinny::{SKINNY_MAX_TOKENS, SKINNY_MIN_TOKENS};
 
@@ -655,7 +655,11 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
                         chunk.n_rows,
                         call.weight.cols(),
                         call.n(),
-                        matches!(call.input, Input::NormedBySquares { .. }),
+                        match call.input {
+                            Input::F16(_) => CoopInput::F16,
+                            Input::NormedBySquares { .. } => CoopInput::NormedBySquares,
+                            Input::F32(_) | Input::Normed { .. } => CoopInput::F32,
+                        },
                     )
                 });
                 if tile.skinny {
