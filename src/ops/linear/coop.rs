@@ -114,6 +114,14 @@ impl CoopTile {
         skinny: false,
     };
 
+    /// Whether a product of `rows` outputs (an output head) and `n` tokens,
+    /// given f32 input, takes 64 × 64 tiles where other products of that
+    /// many tokens take skinny ones ([`CoopTile::choose_for`]): the planner
+    /// hands such heads f32 for it.
+    pub fn head_on_tiles(rows: usize, n: usize) -> bool {
+        (33..=super::SKINNY_MAX_TOKENS).contains(&n) && rows >= 65536
+    }
+
     /// Rows per tile.
     pub fn bm(&self) -> usize {
         (self.wm * self.tm * 16) as usize
@@ -191,11 +199,7 @@ impl CoopTile {
         input: CoopInput,
     ) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
-        if input == CoopInput::F32
-            && (33..=super::SKINNY_MAX_TOKENS).contains(&n)
-            && rows >= 65536
-            && fits(&CoopTile::MID)
-        {
+        if input == CoopInput::F32 && Self::head_on_tiles(rows, n) && fits(&CoopTile::MID) {
             return CoopTile::MID;
         }
         if n <= super::SKINNY_MAX_TOKENS {
@@ -227,15 +231,9 @@ impl CoopTile {
             } else {
                 CoopTile::STREAM
             };
+            let norm_in = input == CoopInput::NormedBySquares;
             let tile = if n > 16 {
-                skinny_blocks(
-                    ctx,
-                    tile,
-                    rows,
-                    cols,
-                    n,
-                    input == CoopInput::NormedBySquares,
-                )
+                skinny_blocks(ctx, rows, cols, n, norm_in).unwrap_or(tile)
             } else {
                 tile
             };
@@ -325,11 +323,6 @@ impl CoopTile {
     }
 }
 
-/// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
-/// fill the waves they take well: on the H200 (132 SMs), llama-8b at 512
-/// tokens, the output projection's 128 workgroups ran in 150 µs with it
-/// (253 µs with 64 × 64 tiles), the Q/K/V projection's 192 (one and a half
-/// waves) in 307 µs (257 with 64 × 64). Without an SM count, any number does.
 /// The skinny layout for 17-128 tokens: the one that reuses each
 /// dequantized weight tile the most (row tiles per subgroup × 16-token
 /// blocks per workgroup) while its workgroups still make about one and a
@@ -349,12 +342,11 @@ impl CoopTile {
 /// 93.0, llama-8b 389.0 against 298.0.
 fn skinny_blocks(
     ctx: &GpuContext,
-    base: CoopTile,
     rows: usize,
     cols: usize,
     n: usize,
     norm_in: bool,
-) -> CoopTile {
+) -> Option<CoopTile> {
     let one = CoopTile {
         wk: if cols >= 8192 { 10 } else { 8 },
         ..CoopTile::STREAM
@@ -377,7 +369,6 @@ fn skinny_blocks(
             tn: 2,
             ..CoopTile::STREAM
         },
-        one,
     ];
     let sms = ctx.caps().sm_count.unwrap_or(128) as usize;
     let enough = |t: &CoopTile| 10 * rows.div_ceil(t.bm()) * n.div_ceil(t.bn()) >= 14 * sms;
@@ -393,10 +384,15 @@ fn skinny_blocks(
         .skip(usize::from(norm_in))
         .filter(enough)
         .find_map(fitted)
+        // one row tile and one block where none of them fills the SMs
         .or_else(|| fitted(one))
-        .unwrap_or(base)
 }
 
+/// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
+/// fill the waves they take well: on the H200 (132 SMs), llama-8b at 512
+/// tokens, the output projection's 128 workgroups ran in 150 µs with it
+/// (253 µs with 64 × 64 tiles), the Q/K/V projection's 192 (one and a half
+/// waves) in 307 µs (257 with 64 × 64). Without an SM count, any number does.
 fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
     let Some(sms) = ctx.caps().sm_count else {
         return true;

@@ -139,12 +139,7 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// `dst` smaller than the call's rows.
     pub fn read_rows(&mut self, dst: &Arc<Buffer>) -> Result<()> {
         let bytes = (4 * self.n * self.ws.shape.n_embd) as u64;
-        if dst.size() < bytes {
-            return Err(ModelError::BufferTooSmall {
-                needed: bytes as usize,
-                got: dst.size() as usize,
-            });
-        }
+        room(dst, bytes)?;
         let call = CopyCall {
             src: &self.ws.x,
             src_offset: 0,
@@ -175,12 +170,7 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// `dst` smaller than [`Forward::stream_row_floats`] × the call's rows.
     pub fn read_stream(&mut self, dst: &Arc<Buffer>) -> Result<bool> {
         let (x_bytes, sq_bytes) = self.stream_bytes();
-        if dst.size() < x_bytes + sq_bytes {
-            return Err(ModelError::BufferTooSmall {
-                needed: (x_bytes + sq_bytes) as usize,
-                got: dst.size() as usize,
-            });
-        }
+        room(dst, x_bytes + sq_bytes)?;
         let k = self.kernels();
         let x = CopyCall {
             src: &self.ws.x,
@@ -211,12 +201,7 @@ impl<'r, 'a> Forward<'r, 'a> {
     /// `src` smaller than the call's rows.
     pub fn put_stream(&mut self, src: &Arc<Buffer>, squares: bool) -> Result<()> {
         let (x_bytes, sq_bytes) = self.stream_bytes();
-        if src.size() < x_bytes + sq_bytes {
-            return Err(ModelError::BufferTooSmall {
-                needed: (x_bytes + sq_bytes) as usize,
-                got: src.size() as usize,
-            });
-        }
+        room(src, x_bytes + sq_bytes)?;
         let k = self.kernels();
         let x = CopyCall {
             src,
@@ -606,6 +591,17 @@ impl<'r, 'a> Forward<'r, 'a> {
         };
         self.kernels().copy(self.rec, &copy)
     }
+}
+
+/// Whether `buf` holds `bytes`, the stream or rows a copy moves.
+fn room(buf: &Buffer, bytes: u64) -> Result<()> {
+    if buf.size() < bytes {
+        return Err(ModelError::BufferTooSmall {
+            needed: bytes as usize,
+            got: buf.size() as usize,
+        });
+    }
+    Ok(())
 }
 
 /// The product input reading what a step wrote.
