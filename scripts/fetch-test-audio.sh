@@ -11,6 +11,9 @@
 #   espeak_flac.flac            FLAC copy of espeak_numbers (symphonia, lossless)
 #   espeak_vorbis.ogg           Ogg Vorbis copy of espeak_numbers (symphonia, lossy)
 #   espeak_mp3.mp3              MP3 copy of espeak_numbers (symphonia, lossy)
+#   ref16k/<clip>.s16           the 16 kHz arrays faster-whisper decoded for the
+#                               references (scripts/ref16k.py on PyAV, checked
+#                               against tests/fixtures/whisper/clips.json)
 # Needs pip, unzip, espeak-ng and sox (Debian: apt-get install espeak-ng sox).
 set -euo pipefail
 cache="${COMBS_CACHE:-$HOME/.cache/combs}"
@@ -85,6 +88,20 @@ fi
 if [ ! -f "$out/espeak_mp3.mp3" ]; then
   sox -D "$out/espeak_numbers.wav" -C 64 "$out/espeak_mp3.mp3"
   cp "$out/espeak_numbers.txt" "$out/espeak_mp3.txt"
+fi
+# The references' own 16 kHz arrays, for the token-for-token transcript tests:
+# PyAV pinned to the version whose resampler made them (hashes checked).
+clips="$(dirname "$0")/../tests/fixtures/whisper/clips.json"
+missing=0
+for c in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$clips"); do
+  [ -f "$out/ref16k/$c.s16" ] || missing=1
+done
+if [ "$missing" = 1 ]; then
+  pyav="$cache/pyav"
+  if ! PYTHONPATH="$pyav" python3 -c 'import av, numpy' 2>/dev/null; then
+    $pip_cmd install --quiet --target "$pyav" "av==18.1.0" numpy >&2
+  fi
+  PYTHONPATH="$pyav" python3 "$(dirname "$0")/ref16k.py" "$out" "$clips" "$out/ref16k"
 fi
 echo "test audio in $out:"
 ls "$out"

@@ -3,10 +3,11 @@
 # and Mesa's lavapipe (a Vulkan device on the CPU, so everything runs without a
 # GPU), the C/C++ toolchain, cmake + ninja (shaderc is built from source),
 # python3 with pip (models come from PyPI wheels) and valgrind / pkg-config for
-# the C examples. Skips apt when everything is already there.
+# the C examples, espeak-ng and sox with its MP3 handler for the test
+# audio. Skips apt when everything is already there.
 set -euo pipefail
 pkgs=(libvulkan1 mesa-vulkan-drivers vulkan-tools build-essential cmake ninja-build
-      python3 python3-pip git pkg-config valgrind curl ca-certificates espeak-ng sox)
+      python3 python3-pip git pkg-config valgrind curl ca-certificates espeak-ng sox libsox-fmt-mp3)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
