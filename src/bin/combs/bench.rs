@@ -388,7 +388,11 @@ fn profile(
 ) -> Result<Profile, CliError> {
     let w = model.weights();
     let scratch = w.create_scratch(n_prompt, 1)?;
-    let cache = w.create_kv_cache(&CacheConfig::contiguous(n_prompt + 1))?;
+    // The whole prompt is one call: the cache's per-call buffers hold it.
+    let cache = w.create_kv_cache(&CacheConfig {
+        max_batch: n_prompt,
+        ..CacheConfig::contiguous(n_prompt + 1)
+    })?;
     let ids: Vec<i32> = tokens(n_prompt, model.spec().n_vocab)
         .iter()
         .map(|&t| t as i32)
