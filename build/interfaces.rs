@@ -262,6 +262,11 @@ pub fn interfaces() -> Vec<Interface> {
             .into_iter()
             .filter(|f| f.name != "NORM_ZERO_CENTRED"),
     );
+    coop_flags.push(flag(
+        "OUT_F16",
+        128,
+        "The gated output goes out as f16 (the next product's input; f16-input variants).",
+    ));
 
     let mut skinny_fields = linear_base();
     skinny_fields.push(rope_fields());

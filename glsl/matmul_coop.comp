@@ -15,7 +15,9 @@
 // The bindings of matmul.comp, the push constants of iface/coop.glsl, and an
 // epilogue (common/coop_out.glsl) that folds in what matvec.comp folds after
 // its dot products: the gated activation of interleaved gate/up rows and
-// llama.cpp's adjacent-pair rope. X needs 4-float alignment.
+// llama.cpp's adjacent-pair rope. X needs 4-float alignment. With X_F16, X
+// holds f16 activations (copied into the tiles, not converted; offsets and
+// strides count halves), and a gated output may go out as f16 (LINEAR_OUT_F16).
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -45,7 +47,11 @@ const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
 const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+#if defined(X_F16)
+layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
+#else
 layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
+#endif
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
@@ -53,6 +59,11 @@ layout(binding = 3) readonly buffer B { float data_bias[]; };
 
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
+#if defined(X_F16)
+// The f16 alias of D: gated outputs for the next product's f16 input.
+layout(binding = 6) buffer DH { float16_t data_dh[]; };
+#define COOP_OUT_F16 1
+#endif
 
 #include "common/dequant.glsl"
 #include "common/linear_out.glsl"
@@ -95,11 +106,19 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         const uint v = tid + i * WGS;
         const uint t = v / vpr;
         const uint c = step * KSTEP + 4u * (v % vpr);
+#if defined(X_F16)
+        f16vec4 x = f16vec4(0.0);
+        if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
+            x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
+        }
+        xreg[i] = x;
+#else
         vec4 x = vec4(0.0);
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
         xreg[i] = f16vec4(x);
+#endif
     }
 }
 

@@ -188,6 +188,7 @@ fn coop_tiles_match_ref() {
             tn: 2,
             bk: 64,
             skinny: false,
+            nv2: false,
         },
         CoopTile {
             wm: 2,
@@ -197,6 +198,7 @@ fn coop_tiles_match_ref() {
             tn: 1,
             bk: 32,
             skinny: false,
+            nv2: false,
         },
         // independent subgroups: 16 rows, K split eight ways
         CoopTile::STREAM,
@@ -227,6 +229,92 @@ fn coop_tiles_match_ref() {
 }
 
 const ALL_TYPES: [QuantType; 13] = QuantType::ALL;
+
+/// The workgroup-scope tiles (`matmul_cm2.comp`) this device accepts:
+/// 128 × 128, 128 rows × 64 tokens, 64 × 128 and 64 × 64; none without
+/// `VK_NV_cooperative_matrix2`.
+fn nv2_tiles(ctx: &GpuContext) -> Vec<CoopTile> {
+    [
+        CoopTile::NV2,
+        CoopTile {
+            wn: 2,
+            ..CoopTile::NV2
+        },
+        CoopTile {
+            wm: 1,
+            ..CoopTile::NV2
+        },
+        CoopTile {
+            wm: 1,
+            wn: 2,
+            ..CoopTile::NV2
+        },
+    ]
+    .into_iter()
+    .filter(|t| t.fits(ctx))
+    .collect()
+}
+
+/// Workgroup-scope tiles on every weight format (each decoded by the
+/// kernel's callback), partial tiles of an odd number of rows and of
+/// tokens, with bias and accumulation, from f32 activations and from f16
+/// ones. Runs where the device has `VK_NV_cooperative_matrix2`.
+#[test]
+fn nv2_tiles_match_ref() {
+    let ctx = gpu();
+    let tiles = nv2_tiles(&ctx);
+    if tiles.is_empty() {
+        eprintln!("no workgroup-scope cooperative matrices on this device: skipped");
+        return;
+    }
+    let mut rng = Rng::fresh("nv2_f16");
+    for &tile in &tiles {
+        for t in ALL_TYPES {
+            check_linear_variant(
+                LinearVariant::Coop,
+                Some(tile),
+                t,
+                333,
+                512,
+                141,
+                true,
+                true,
+            );
+        }
+        for (t, rows, cols, n) in [
+            (QuantType::Q4_0, 333, 576, 200),
+            (QuantType::Q6K, 130, 768, 131),
+        ] {
+            let bytes = random_weight(&mut rng, t, rows * cols);
+            let mut up = Uploader::new(&ctx).expect("staging");
+            let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+                .expect("upload");
+            up.flush().expect("flush");
+            let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+            let (xh, xr) = halves(&rng.normals(n * cols, 1.0));
+            let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
+            let b = rng.normals(rows, 0.5);
+            let bb = device_f32(&ctx, &b);
+            let init = rng.normals(n * rows, 1.0);
+            let out = readback(&ctx, n * rows);
+            out.write_slice(0, &init).expect("init");
+            run(&ctx, |rec| {
+                let input = Input::F16(Mat::new(&xb, n, cols));
+                let output = Output::Accumulate(Mat::new(&out, n, rows));
+                let call = LinearCall::new(&w, Some(&bb), input, output)
+                    .on(LinearVariant::Coop)
+                    .with_tile(Some(tile));
+                record_linear(rec, &call).expect("record");
+            });
+            let y = linear_ref(&wf, rows, cols, &xr[..n * cols], n);
+            let want: Vec<f32> = (0..n * rows)
+                .map(|i| y[i] + b[i % rows] + init[i])
+                .collect();
+            let e = rel_err(&read(&out, n * rows), &want);
+            assert!(e < 2e-3, "{tile:?} {t} {rows}x{cols} n={n} f16 input: {e}");
+        }
+    }
+}
 
 /// Skinny layouts besides `CoopTile::STREAM`: 2 × 32 rows with K split two
 /// ways in 128-column chunks, and four 16-row tiles per subgroup.
@@ -469,7 +557,7 @@ fn coop_epilogue_matches_ref() {
     let mut rng = Rng::fresh("coop_epilogue");
     let (hd, n_rot, cols) = (64, 48, 512);
     let rows = 6 * hd; // 4 rotated heads (q, k), 2 value heads
-    for tile in [
+    let mut tiles = vec![
         CoopTile::SKINNY,
         CoopTile::SKINNY_WIDE,
         CoopTile::MID,
@@ -484,11 +572,14 @@ fn coop_epilogue_matches_ref() {
             tn: 2,
             bk: 64,
             skinny: false,
+            nv2: false,
         },
         SKINNY_4_TILES,
         SKINNY_TOKEN_BLOCKS[1],
         SKINNY_TOKEN_BLOCKS[2],
-    ] {
+    ];
+    tiles.extend(nv2_tiles(&ctx));
+    for tile in tiles {
         for (t, n) in [
             (QuantType::Q4_0, 7),
             (QuantType::Q4K, 40),
@@ -2180,20 +2271,26 @@ fn f16_views_refused_where_f32_expected() {
     }
 }
 
-/// The skinny cooperative-matrix kernel with f16 activations (copied into
-/// its staging areas, not converted), and its gated epilogue writing f16: against
+/// The cooperative-matrix kernels (skinny and tiled) with f16 activations
+/// (copied into their staging areas, not converted), and their gated
+/// epilogue writing f16: against
 /// the reference on the f16-rounded inputs, for partial tiles of rows and
 /// 16-token blocks, bias and accumulation. Runs where the device has
 /// cooperative matrices.
 #[test]
-fn skinny_f16_activations_match_ref() {
+fn coop_f16_activations_match_ref() {
     let ctx = gpu();
     if !LinearVariant::coop_available(&ctx) {
         eprintln!("no cooperative matrices on this device: skipped");
         return;
     }
     let mut rng = Rng::fresh("skinny_f16");
-    let tiles = [
+    let mut tiles = vec![
+        // matmul_coop.comp's tiles (K split in the workgroup or not)
+        CoopTile::SKINNY_WIDE,
+        CoopTile::MID,
+        CoopTile::BIG,
+        CoopTile::TALL,
         CoopTile::STREAM,
         // ten K-subgroups: not a power of two
         CoopTile {
@@ -2206,6 +2303,7 @@ fn skinny_f16_activations_match_ref() {
         SKINNY_TOKEN_BLOCKS[1],
         SKINNY_TOKEN_BLOCKS[2],
     ];
+    tiles.extend(nv2_tiles(&ctx));
     for tile in tiles {
         for (t, rows, cols, n) in [
             (QuantType::Q4_0, 333usize, 576usize, 9usize),

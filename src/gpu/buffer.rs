@@ -163,10 +163,14 @@ impl Buffer {
             MemoryKind::Device => ctx.memory_in_use().saturating_sub(size),
             MemoryKind::Upload | MemoryKind::Readback => ctx.memory_in_use(),
         };
-        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+        let mut usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST
             | vk::BufferUsageFlags::INDIRECT_BUFFER;
+        if ctx.caps().coop_mat2.is_some() {
+            // matmul_cm2.comp's decode callbacks take references into its buffers.
+            usage |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
+        }
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(usage)

@@ -77,6 +77,12 @@ pub struct DeviceCaps {
     pub int_dot_accelerated: bool,
     /// f16×f16→f32 cooperative matrix shapes (subgroup scope); empty without the extension.
     pub coop_mat_f16: Vec<CoopMatShape>,
+    /// Workgroup-scope cooperative matrices (`VK_NV_cooperative_matrix2`)
+    /// with what `glsl/matmul_cm2.comp` needs, and buffer device addresses
+    /// for its decode callbacks; `None` without them, and unless
+    /// `COMBS_COOPMAT2=1` is in the environment (the kernel is not yet
+    /// faster than `matmul_coop.comp` on the devices measured).
+    pub coop_mat2: Option<super::coopmat2::CoopMat2>,
     /// Nanoseconds per timestamp tick; `None` where the compute queue has no timestamps.
     pub timestamp_period_ns: Option<f32>,
     /// Bytes of device-local memory in the largest device-local heap.

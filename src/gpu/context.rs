@@ -213,6 +213,17 @@ fn read_caps(
         }
     }
 
+    // Workgroup-scope matrices where the driver has them and the user asks
+    // for them (`COMBS_COOPMAT2=1`: on the H200 matmul_cm2.comp still runs
+    // 1.4-1.6x slower than matmul_coop.comp, docs/perf-notes.md); their
+    // decode callbacks take buffer references, hence the device addresses.
+    let coop_mat2 = (!coop_mat_f16.is_empty()
+        && has_ext(super::coopmat2::NAME)
+        && f12.buffer_device_address == vk::TRUE
+        && std::env::var("COMBS_COOPMAT2").is_ok_and(|v| v == "1"))
+    .then(|| super::coopmat2::query(entry, instance, pd))
+    .flatten();
+
     let timestamp_period_ns = compute_queue_family(instance, pd).and_then(|qf| {
         // SAFETY: as above.
         let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
@@ -282,6 +293,7 @@ fn read_caps(
         int_dot: api_version >= vk::API_VERSION_1_3 && f13.shader_integer_dot_product == vk::TRUE,
         int_dot_accelerated,
         coop_mat_f16,
+        coop_mat2,
         timestamp_period_ns,
         device_local_bytes,
         sm_count,
@@ -482,6 +494,10 @@ impl GpuContext {
         if coop {
             ext_names.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         }
+        let coop2 = coop && caps.coop_mat2.is_some() && has_ext(super::coopmat2::NAME);
+        if coop2 {
+            ext_names.push(super::coopmat2::NAME.as_ptr());
+        }
         if has_ext(ash::khr::portability_subset::NAME) {
             ext_names.push(ash::khr::portability_subset::NAME.as_ptr());
         }
@@ -494,7 +510,8 @@ impl GpuContext {
             .storage_buffer16_bit_access(caps.storage_16bit);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
             .shader_float16(caps.shader_float16)
-            .shader_int8(caps.shader_int8);
+            .shader_int8(caps.shader_int8)
+            .buffer_device_address(coop2);
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
             .subgroup_size_control(caps.subgroup_size_control)
             .compute_full_subgroups(caps.subgroup_size_control)
@@ -509,6 +526,11 @@ impl GpuContext {
         }
         if coop {
             features = features.push_next(&mut coop_feat);
+        }
+        let mut coop2_feat = super::coopmat2::Features::required();
+        if coop2 {
+            // SAFETY: coop2_feat lives on this frame until vkCreateDevice returns.
+            features.p_next = unsafe { coop2_feat.chain(features.p_next) };
         }
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
@@ -525,7 +547,7 @@ impl GpuContext {
             device: device.clone(),
             physical_device: pd,
             debug_settings: AllocatorDebugSettings::default(),
-            buffer_device_address: false,
+            buffer_device_address: coop2,
             allocation_sizes: AllocationSizes::new(64 << 20, 16 << 20),
         });
         let allocator = match allocator {

@@ -8,6 +8,7 @@ pub mod buffer;
 pub mod caps;
 pub mod command;
 pub mod context;
+pub mod coopmat2;
 pub mod fault;
 pub mod host;
 pub mod kernels;

@@ -382,6 +382,21 @@ fn print_devices(devices: &[DeviceInfo], out: &mut dyn Write) -> Result<(), CliE
                 format!("f16 {}", coop.join(" "))
             }
         )?;
+        if let Some(m2) = &c.coop_mat2 {
+            let shapes: Vec<String> = m2
+                .shapes
+                .iter()
+                .map(|s| format!("{}x{}x{}/{}", s.m, s.n, s.k, s.invocations))
+                .collect();
+            writeln!(
+                out,
+                "  workgroup-scope coop matrix (VK_NV_cooperative_matrix2): f16 granularity \
+                 MxNxK/invocations {}, up to {} invocations, {} bytes of shared memory reserved",
+                shapes.join(" "),
+                m2.max_workgroup_size,
+                m2.reserved_shared_memory
+            )?;
+        }
         writeln!(
             out,
             "  device-local memory {} ({} bytes), timestamps {}, multiprocessors {}",

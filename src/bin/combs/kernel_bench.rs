@@ -51,8 +51,9 @@ pub struct KernelBenchArgs {
     /// Token counts for the tiled linear kernels (0: none), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     tokens: Vec<usize>,
-    /// Cooperative-matrix tiles WMxWNxWKxTMxTNxBK[s] for the token counts
-    /// (`s`: the skinny kernel's independent subgroups), comma-separated;
+    /// Cooperative-matrix tiles WMxWNxWKxTMxTNxBK[s|n] for the token counts
+    /// (`s`: the skinny kernel's independent subgroups; `n`: workgroup-scope
+    /// matrices, `VK_NV_cooperative_matrix2`), comma-separated;
     /// `auto` is combs' own choice.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     coop_tiles: Vec<String>,
@@ -81,8 +82,8 @@ pub struct KernelBenchArgs {
     /// the cost of switching kernels between dispatches; 0: none.
     #[arg(long, default_value_t = 0)]
     chain: usize,
-    /// Give the skinny cooperative-matrix tiles f16 activations, as batched
-    /// decode does.
+    /// Give the cooperative-matrix tiles f16 activations, as batched decode
+    /// does.
     #[arg(long)]
     x_f16: bool,
     /// Also time the skinny tiles with batched decode's RMS norm folded in:
@@ -193,11 +194,19 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
     if s == "auto" {
         return Ok(None);
     }
-    let bad = || ModelError::invalid("--coop-tiles", format!("`{s}` is not WMxWNxWKxTMxTNxBK[s]"));
-    // `s`: the skinny kernel.
-    let (dims, skinny) = match s.strip_suffix('s') {
-        Some(d) => (d, true),
-        None => (s, false),
+    let bad = || {
+        ModelError::invalid(
+            "--coop-tiles",
+            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n]"),
+        )
+    };
+    // `s`: the skinny kernel; `n`: workgroup-scope matrices (matmul_cm2).
+    let (dims, skinny, nv2) = if let Some(d) = s.strip_suffix('s') {
+        (d, true, false)
+    } else if let Some(d) = s.strip_suffix('n') {
+        (d, false, true)
+    } else {
+        (s, false, false)
     };
     let v: Vec<u32> = dims
         .split('x')
@@ -213,6 +222,7 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
             tn,
             bk,
             skinny,
+            nv2,
         })),
         _ => Err(bad().into()),
     }
@@ -787,7 +797,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
                     // The skinny kernel's f16 inputs (the bits of x as
                     // halves: the products take the same time).
-                    let half = args.x_f16 && variant == LinearVariant::Coop && c.skinny;
+                    let half = args.x_f16 && variant == LinearVariant::Coop;
                     let input = if half {
                         Input::F16(Mat::new(&x, n, m.cols))
                     } else {
@@ -864,7 +874,13 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                             c.tm,
                             c.tn,
                             c.bk,
-                            if c.skinny { "s" } else { "" },
+                            if c.skinny {
+                                "s"
+                            } else if c.nv2 {
+                                "n"
+                            } else {
+                                ""
+                            },
                             if half { "h" } else { "" },
                             if tile.is_none() { "*" } else { "" }
                         ),

@@ -47,6 +47,10 @@ pub struct CoopTile {
     pub bk: u32,
     /// Independent subgroups (`matmul_skinny.comp`).
     pub skinny: bool,
+    /// Workgroup-scope matrices (`matmul_cm2.comp`, `VK_NV_cooperative_matrix2`):
+    /// the driver spreads the `bm × bn` tile over the `32·wm·wn·wk`
+    /// invocations (`tm`, `tn` only size the tile); `bk` columns per step.
+    pub nv2: bool,
 }
 
 impl CoopTile {
@@ -59,6 +63,7 @@ impl CoopTile {
         tn: 1,
         bk: 64,
         skinny: false,
+        nv2: false,
     };
     /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
     /// small ones at many.
@@ -70,6 +75,7 @@ impl CoopTile {
         tn: 1,
         bk: 64,
         skinny: false,
+        nv2: false,
     };
     /// 16 rows × 16 tokens per subgroup, eight subgroups along K, streamed
     /// by each subgroup on its own (`matmul_skinny.comp`): batched decode.
@@ -81,6 +87,7 @@ impl CoopTile {
         tn: 1,
         bk: 64,
         skinny: true,
+        nv2: false,
     };
     /// 64 × 64 with four subgroups.
     pub const MID: CoopTile = CoopTile {
@@ -91,6 +98,7 @@ impl CoopTile {
         tn: 2,
         bk: 64,
         skinny: false,
+        nv2: false,
     };
     /// 128 × 128 with eight subgroups of 32 rows × 64 tokens each: encoders
     /// and long prompts of narrow weights.
@@ -102,6 +110,7 @@ impl CoopTile {
         tn: 4,
         bk: 64,
         skinny: false,
+        nv2: false,
     };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
@@ -112,6 +121,20 @@ impl CoopTile {
         tn: 2,
         bk: 64,
         skinny: false,
+        nv2: false,
+    };
+
+    /// 128 × 128 on workgroup-scope matrices, 256 invocations, 32 columns
+    /// per step: prompts where the device has `VK_NV_cooperative_matrix2`.
+    pub const NV2: CoopTile = CoopTile {
+        wm: 2,
+        wn: 4,
+        wk: 1,
+        tm: 4,
+        tn: 2,
+        bk: 32,
+        skinny: false,
+        nv2: true,
     };
 
     /// Whether a product of `rows` outputs (an output head) and `n` tokens,
@@ -148,8 +171,12 @@ impl CoopTile {
         }
     }
 
-    /// Shared memory bytes the kernel takes.
+    /// Shared memory bytes the kernel takes (what the driver keeps for
+    /// workgroup-scope matrices is its own).
     pub fn shared_bytes(&self) -> usize {
+        if self.nv2 {
+            return 0;
+        }
         let sa = (self.wk * self.bk + 8) as usize;
         let tiles = if self.skinny {
             // Each subgroup's 16 rows and 16 * tn tokens of one chunk, and
@@ -165,6 +192,16 @@ impl CoopTile {
     /// Whether the device can run the tile: its shared memory and invocations.
     pub fn fits(&self, ctx: &GpuContext) -> bool {
         let caps = ctx.caps();
+        if self.nv2 {
+            return caps.coop_mat2.as_ref().is_some_and(|m2| {
+                m2.accepts(
+                    self.bm() as u32,
+                    self.bn() as u32,
+                    self.bk,
+                    self.invocations(),
+                )
+            });
+        }
         self.shared_bytes() <= caps.max_shared_memory as usize
             && self.invocations() <= caps.max_workgroup_invocations
     }
@@ -251,6 +288,9 @@ impl CoopTile {
                 CoopTile::SKINNY
             };
         }
+        if let Some(t) = nv2_tile(ctx, rows, n) {
+            return t;
+        }
         let big = CoopTile::BIG;
         let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
         let mid = CoopTile::MID;
@@ -276,7 +316,14 @@ impl CoopTile {
             && (1..=4).contains(&self.tn)
             && self.bk > 0
             && self.bk.is_multiple_of(32);
-        let ok = if self.skinny {
+        let ok = if self.nv2 {
+            // Two accumulators of bm / 2 rows (even and odd rows).
+            !self.skinny
+                && self.bm().is_multiple_of(32)
+                && self.bk > 0
+                && self.bk.is_multiple_of(16)
+                && (1..=32).contains(&(self.wm * self.wn * self.wk))
+        } else if self.skinny {
             // Whole weight sub-blocks per invocation and row tile; the
             // accumulators (tm * tn matrices) within what registers hold.
             self.wm > 0
@@ -297,7 +344,14 @@ impl CoopTile {
                 format!("cooperative tile {self:?}"),
             ));
         }
-        Ok(if self.skinny {
+        Ok(if self.nv2 {
+            vec![
+                self.invocations(),
+                self.bm() as u32,
+                self.bn() as u32,
+                self.bk,
+            ]
+        } else if self.skinny {
             vec![
                 self.invocations(),
                 32,
@@ -386,6 +440,29 @@ fn skinny_blocks(
         .find_map(fitted)
         // one row tile and one block where none of them fills the SMs
         .or_else(|| fitted(one))
+}
+
+/// The workgroup-scope tile for a product of more than
+/// [`super::SKINNY_MAX_TOKENS`] tokens where the device has
+/// `VK_NV_cooperative_matrix2`: 128 × 128 where its workgroups make a wave,
+/// else 128 rows × 64 tokens.
+fn nv2_tile(ctx: &GpuContext, rows: usize, n: usize) -> Option<CoopTile> {
+    ctx.caps().coop_mat2.as_ref()?;
+    let sms = ctx.caps().sm_count.unwrap_or(128) as usize;
+    let narrow = CoopTile {
+        wn: 2,
+        ..CoopTile::NV2
+    };
+    let groups = |t: &CoopTile| rows.div_ceil(t.bm()) * n.div_ceil(t.bn());
+    let fitting: Vec<CoopTile> = [CoopTile::NV2, narrow]
+        .into_iter()
+        .filter(|t| t.fits(ctx))
+        .collect();
+    fitting
+        .iter()
+        .find(|t| groups(t) >= sms)
+        .or(fitting.last())
+        .copied()
 }
 
 /// Whether `groups` workgroups of the 128 × 128 tile (one resident per SM)
@@ -498,38 +575,55 @@ pub(super) fn tile_groups(
 /// Records one chunk's product on the cooperative-matrix kernel.
 ///
 /// # Errors
-/// Anything but 4-float-aligned f32 in, an f16 output or sums of squares
-/// out, a tile the device cannot run, or a value beyond 32 bits.
+/// Anything but 4-element-aligned f32 or f16 in, an f16 output from f32
+/// input, sums of squares out, a tile the device cannot run, or a value
+/// beyond 32 bits.
 pub(super) fn record_chunk(
     rec: &mut Recording,
     call: &LinearCall<'_>,
     chunk: &WeightChunk,
     tile: CoopTile,
 ) -> Result<()> {
-    let (Input::F32(x), Some(ep)) = (call.input, Epilogue::of(call.output)) else {
+    let Some(ep) = Epilogue::of(call.output) else {
         return Err(unsupported("matmul_coop", call));
     };
-    if ep.f16_out || !x.aligned4() || tile.skinny {
+    // f16 input comes with the f16 gated output (the next product's input).
+    let (kernel, f16_in) = match call.input {
+        Input::F32(_) => (Kernel::coop(call.weight.qtype()), false),
+        Input::F16(_) => (Kernel::coop_f16(call.weight.qtype()), true),
+        Input::Normed { .. } | Input::NormedBySquares { .. } => {
+            return Err(unsupported("matmul_coop", call));
+        }
+    };
+    let x = call.input.x();
+    if (ep.f16_out && !f16_in) || !x.aligned4() || tile.skinny || tile.nv2 {
         return Err(unsupported("matmul_coop", call));
     }
     let groups = tile_groups(rec.context(), tile, chunk.n_rows, call.n())?;
+    let mut flags = call.store_flags(CoopParams::ACCUMULATE, CoopParams::BIAS)
+        | ep.flags(CoopParams::GLU, CoopParams::GELU, CoopParams::ROPE);
+    if ep.f16_out {
+        flags |= CoopParams::OUT_F16;
+    }
     let params = CoopParams {
         dims: super::chunk_dims(call, chunk, 1)?,
-        flags: call.store_flags(CoopParams::ACCUMULATE, CoopParams::BIAS)
-            | ep.flags(CoopParams::GLU, CoopParams::GELU, CoopParams::ROPE),
+        flags,
         rope: ep.rope_fields()?,
     };
     let rope = ep.rope.map(|r| *r.rope());
+    let (xb, out) = (x.buf(), call.output.out().buf());
     rec.dispatch(
-        Kernel::coop(call.weight.qtype()),
+        kernel,
         &tile.spec()?,
         &[
             Binding::read(&chunk.buffer),
-            Binding::read(x.buf),
-            Binding::write(call.output.out().buf()),
-            Binding::read(call.bias.unwrap_or(x.buf)),
-            Binding::read(rope.map_or(x.buf, |r| r.positions)),
-            Binding::read(rope.map_or(x.buf, |r| r.inv_freq)),
+            Binding::read(xb),
+            Binding::write(out),
+            Binding::read(call.bias.unwrap_or(xb)),
+            Binding::read(rope.map_or(xb, |r| r.positions)),
+            Binding::read(rope.map_or(xb, |r| r.inv_freq)),
+            // The f16 alias of D (gated f16 outputs); unused by the f32 variant.
+            Binding::write(out),
         ],
         bytemuck::bytes_of(&params),
         groups,

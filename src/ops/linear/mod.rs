@@ -22,6 +22,7 @@ pub mod api;
 pub mod coop;
 pub mod matvec;
 pub mod matvec_q8;
+pub mod nv2;
 pub mod rows;
 pub mod skinny;
 pub mod tiled;
@@ -662,7 +663,9 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
                         },
                     )
                 });
-                if tile.skinny {
+                if tile.nv2 {
+                    nv2::record_chunk(rec, call, chunk, tile)?;
+                } else if tile.skinny {
                     skinny::record_chunk(rec, call, chunk, tile)?;
                 } else {
                     coop::record_chunk(rec, call, chunk, tile)?;

@@ -169,7 +169,7 @@ impl Planner {
             // A prompt's tokens may differ in scale by orders of magnitude,
             // and the skinny kernel stages a workgroup's tokens with one
             // scale: only decode steps fold the norm from sums of squares.
-            norm_in_products: f16 && one,
+            norm_in_products: f16 && one && n_tokens <= SKINNY_MAX_TOKENS,
             store_in_attention: fuse && one && (!cpu || !vulkan),
             int_dot: !exact
                 && vulkan
@@ -299,15 +299,15 @@ impl Plan {
     }
 }
 
-/// Whether the products of a batch of `n` tokens take f16 activations on
-/// this device: batches of [`SKINNY_MIN_TOKENS`] up to
-/// [`SKINNY_MAX_TOKENS`], on GPUs with cooperative matrices, where
-/// `matmul_skinny.comp` copies them into its staging areas instead of
-/// converting them in every subgroup. The steps that produce those inputs
-/// (the RMS norm, the gated epilogue, the decode attention) then write f16
+/// Whether the products of a call of `n` tokens take f16 activations on
+/// this device: calls of [`SKINNY_MIN_TOKENS`] or more, on GPUs with
+/// cooperative matrices, whose kernels (`matmul_skinny.comp`,
+/// `matmul_coop.comp`) then copy them into their staging areas instead of
+/// converting f32 in every workgroup. The steps that produce those inputs
+/// (the RMS norm, the gated epilogue, the decode attention) write f16
 /// directly, rounding as the product would.
 pub fn f16_activations(ctx: &GpuContext, n: usize) -> bool {
-    (SKINNY_MIN_TOKENS..=SKINNY_MAX_TOKENS).contains(&n)
+    n >= SKINNY_MIN_TOKENS
         && !is_cpu(ctx)
         && LinearVariant::coop_available(ctx)
         && CoopTile::STREAM.fits(ctx)
