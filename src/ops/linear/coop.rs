@@ -3,7 +3,9 @@
 //! next step's loads behind the current products; and [`CoopTile`], the tile
 //! geometry it shares with the skinny products (`skinny.rs`), with the rule
 //! that picks one per shape. Its epilogue (`common/coop_out.glsl`) folds the
-//! rope and the gated activation into the stores, as the matvec does.
+//! rope and the gated activation into the stores, as the matvec does. An
+//! `nv2` tile runs `glsl/matmul_cm2.comp` (`VK_NV_cooperative_matrix2`,
+//! only with `COMBS_COOPMAT2=1`) behind the same bindings and epilogue.
 
 use super::{FoldedRope, Input, LinearCall, Output, unsupported};
 use crate::error::{ModelError, Result};
@@ -572,32 +574,46 @@ pub(super) fn tile_groups(
     ])
 }
 
-/// Records one chunk's product on the cooperative-matrix kernel.
+/// Records one chunk's product on the cooperative-matrix kernel, or on the
+/// workgroup-scope one (`glsl/matmul_cm2.comp`) for an `nv2` tile: the
+/// driver spreads that tile's matrices over the workgroup and stages their
+/// loads, the weights come through a decode callback per format; bindings,
+/// push constants and folded epilogues are the same.
 ///
 /// # Errors
-/// Anything but 4-element-aligned f32 or f16 in, an f16 output from f32
-/// input, sums of squares out, a tile the device cannot run, or a value
-/// beyond 32 bits.
+/// Anything but f32 or f16 in (4-element-aligned for `matmul_coop`), an
+/// f16 output from f32 input, sums of squares out, a skinny tile or one the
+/// device cannot run, or a value beyond 32 bits.
 pub(super) fn record_chunk(
     rec: &mut Recording,
     call: &LinearCall<'_>,
     chunk: &WeightChunk,
     tile: CoopTile,
 ) -> Result<()> {
-    let Some(ep) = Epilogue::of(call.output) else {
-        return Err(unsupported("matmul_coop", call));
+    let name = if tile.nv2 {
+        "matmul_cm2"
+    } else {
+        "matmul_coop"
     };
+    let Some(ep) = Epilogue::of(call.output) else {
+        return Err(unsupported(name, call));
+    };
+    let t = call.weight.qtype();
     // f16 input comes with the f16 gated output (the next product's input).
-    let (kernel, f16_in) = match call.input {
-        Input::F32(_) => (Kernel::coop(call.weight.qtype()), false),
-        Input::F16(_) => (Kernel::coop_f16(call.weight.qtype()), true),
-        Input::Normed { .. } | Input::NormedBySquares { .. } => {
-            return Err(unsupported("matmul_coop", call));
+    let (kernel, f16_in) = match (call.input, tile.nv2) {
+        (Input::F32(_), false) => (Kernel::coop(t), false),
+        (Input::F16(_), false) => (Kernel::coop_f16(t), true),
+        (Input::F32(_), true) => (Kernel::cm2(t), false),
+        (Input::F16(_), true) => (Kernel::cm2_f16(t), true),
+        (Input::Normed { .. } | Input::NormedBySquares { .. }, _) => {
+            return Err(unsupported(name, call));
         }
     };
     let x = call.input.x();
-    if (ep.f16_out && !f16_in) || !x.aligned4() || tile.skinny || tile.nv2 {
-        return Err(unsupported("matmul_coop", call));
+    // matmul_coop reads activations four at a time; the decode callbacks
+    // of matmul_cm2 one at a time.
+    if (ep.f16_out && !f16_in) || (!tile.nv2 && !x.aligned4()) || tile.skinny {
+        return Err(unsupported(name, call));
     }
     let groups = tile_groups(rec.context(), tile, chunk.n_rows, call.n())?;
     let mut flags = call.store_flags(CoopParams::ACCUMULATE, CoopParams::BIAS)

@@ -11,8 +11,9 @@
 //!   products (Q4_0 / Q8_0 under llama.cpp numerics);
 //! - [`tiled`]: tiles through shared memory (portable prompts);
 //! - [`rows`]: one invocation per row with uniform loads (CPU devices);
-//! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them);
-//! - [`skinny`]: cooperative-matrix products of 9-128 tokens (batched decode).
+//! - [`coop`]: cooperative-matrix tiles (prompts on GPUs that have them),
+//!   and the workgroup-scope ones of `VK_NV_cooperative_matrix2` (opt-in);
+//! - [`skinny`]: cooperative-matrix products of 4-128 tokens (batched decode).
 //!
 //! Weights split into row chunks get one dispatch per chunk. [`api`] holds
 //! the spec's `Linear` (dense or `Quant(Box<dyn QuantLinearOp>)`), a layer
@@ -22,7 +23,6 @@ pub mod api;
 pub mod coop;
 pub mod matvec;
 pub mod matvec_q8;
-pub mod nv2;
 pub mod rows;
 pub mod skinny;
 pub mod tiled;
@@ -663,9 +663,7 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
                         },
                     )
                 });
-                if tile.nv2 {
-                    nv2::record_chunk(rec, call, chunk, tile)?;
-                } else if tile.skinny {
+                if tile.skinny {
                     skinny::record_chunk(rec, call, chunk, tile)?;
                 } else {
                     coop::record_chunk(rec, call, chunk, tile)?;
