@@ -484,7 +484,7 @@ impl GpuContext {
                 }
             }
         };
-        let (index, pd, caps, exts) = (chosen.0, chosen.1, chosen.2.clone(), &chosen.3);
+        let (index, pd, mut caps, exts) = (chosen.0, chosen.1, chosen.2.clone(), &chosen.3);
         let queue_family = compute_queue_family(instance, pd)
             .ok_or_else(|| ModelError::Internal("compute queue vanished".into()))?;
 
@@ -497,6 +497,10 @@ impl GpuContext {
         let coop2 = coop && caps.coop_mat2.is_some() && has_ext(super::coopmat2::NAME);
         if coop2 {
             ext_names.push(super::coopmat2::NAME.as_ptr());
+        } else {
+            // Buffers take device addresses, and tiles the cm2 kernel, only
+            // where the device is created with both.
+            caps.coop_mat2 = None;
         }
         if has_ext(ash::khr::portability_subset::NAME) {
             ext_names.push(ash::khr::portability_subset::NAME.as_ptr());
