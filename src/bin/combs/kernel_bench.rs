@@ -83,7 +83,7 @@ pub struct KernelBenchArgs {
     #[arg(long, default_value_t = 0)]
     chain: usize,
     /// Give the cooperative-matrix tiles f16 activations, as batched decode
-    /// does.
+    /// and prompts on such GPUs do.
     #[arg(long)]
     x_f16: bool,
     /// Also time the skinny tiles with batched decode's RMS norm folded in:
@@ -795,8 +795,8 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         continue;
                     }
                     let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
-                    // The skinny kernel's f16 inputs (the bits of x as
-                    // halves: the products take the same time).
+                    // f16 inputs (the bits of x as halves: the products
+                    // take the same time).
                     let half = args.x_f16 && variant == LinearVariant::Coop;
                     let input = if half {
                         Input::F16(Mat::new(&x, n, m.cols))
