@@ -426,7 +426,7 @@ fn skinny_blocks(
             ..CoopTile::STREAM
         },
     ];
-    let sms = ctx.caps().sm_count.unwrap_or(128) as usize;
+    let sms = sm_count(ctx);
     let enough = |t: &CoopTile| 10 * rows.div_ceil(t.bm()) * n.div_ceil(t.bn()) >= 14 * sms;
     // Fewer K-subgroups where shared memory holds fewer.
     let fitted = |t: CoopTile| {
@@ -450,7 +450,7 @@ fn skinny_blocks(
 /// else 128 rows × 64 tokens.
 fn nv2_tile(ctx: &GpuContext, rows: usize, n: usize) -> Option<CoopTile> {
     ctx.caps().coop_mat2.as_ref()?;
-    let sms = ctx.caps().sm_count.unwrap_or(128) as usize;
+    let sms = sm_count(ctx);
     let narrow = CoopTile {
         wn: 2,
         ..CoopTile::NV2
@@ -480,10 +480,14 @@ fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
     waves / waves.ceil() >= 0.85 || waves >= 4.0
 }
 
-/// Whether `groups` workgroups make four waves or more (on the device's SMs
-/// where the driver says, otherwise as on a GPU of 128).
+/// Whether `groups` workgroups make four waves or more.
 fn many_waves(ctx: &GpuContext, groups: usize) -> bool {
-    groups >= 4 * ctx.caps().sm_count.unwrap_or(128) as usize
+    groups >= 4 * sm_count(ctx)
+}
+
+/// The device's SMs where the driver says, otherwise as on a GPU of 128.
+fn sm_count(ctx: &GpuContext) -> usize {
+    ctx.caps().sm_count.unwrap_or(128) as usize
 }
 
 /// What a cooperative epilogue folds into the stores: the gate's
@@ -626,22 +630,34 @@ pub(super) fn record_chunk(
         flags,
         rope: ep.rope_fields()?,
     };
-    let rope = ep.rope.map(|r| *r.rope());
-    let (xb, out) = (x.buf(), call.output.out().buf());
     rec.dispatch(
         kernel,
         &tile.spec()?,
-        &[
-            Binding::read(&chunk.buffer),
-            Binding::read(xb),
-            Binding::write(out),
-            Binding::read(call.bias.unwrap_or(xb)),
-            Binding::read(rope.map_or(xb, |r| r.positions)),
-            Binding::read(rope.map_or(xb, |r| r.inv_freq)),
-            // The f16 alias of D (gated f16 outputs); unused by the f32 variant.
-            Binding::write(out),
-        ],
+        &family_bindings(call, chunk, ep.rope),
         bytemuck::bytes_of(&params),
         groups,
     )
+}
+
+/// The bindings the cooperative-matrix kernels share (`matmul_coop`,
+/// `matmul_cm2`, and the first seven of `matmul_skinny`): weights,
+/// activations, output, bias, the folded rope's positions and inverse
+/// frequencies, and the f16 alias of the output (gated f16 outputs; unused
+/// by f32-output variants). Unused slots bind the activations.
+pub(super) fn family_bindings<'a>(
+    call: &LinearCall<'a>,
+    chunk: &'a WeightChunk,
+    rope: Option<FoldedRope<'a>>,
+) -> [Binding<'a>; 7] {
+    let rope = rope.map(|r| *r.rope());
+    let (xb, out) = (call.input.x().buf(), call.output.out().buf());
+    [
+        Binding::read(&chunk.buffer),
+        Binding::read(xb),
+        Binding::write(out),
+        Binding::read(call.bias.unwrap_or(xb)),
+        Binding::read(rope.map_or(xb, |r| r.positions)),
+        Binding::read(rope.map_or(xb, |r| r.inv_freq)),
+        Binding::write(out),
+    ]
 }

@@ -7,7 +7,7 @@
 //! token's sums of squares of what it stored, the consumer folds the norm
 //! into its input from them.
 
-use super::coop::{Epilogue, rope_fold, tile_groups};
+use super::coop::{Epilogue, family_bindings, rope_fold, tile_groups};
 use super::{CoopTile, Input, LinearCall, Output, unsupported};
 use crate::error::Result;
 use crate::gpu::{Binding, Kernel, Recording};
@@ -77,7 +77,6 @@ pub(super) fn record_chunk(
         }
     }
     let folded = ep.as_ref().and_then(|e| e.rope);
-    let rope = folded.map(|r| *r.rope());
     if squares_out.is_some() {
         flags |= SkinnyParams::SQUARES_OUT;
     }
@@ -95,19 +94,19 @@ pub(super) fn record_chunk(
         sq_groups: pc_u32("sq_groups", sq.map_or(0, |q| q.groups))?,
         eps: norm.map_or(0.0, |(nm, _)| nm.eps),
     };
-    let (xb, out) = (x.buf(), call.output.out().buf());
+    let xb = x.buf();
+    let [a, xs, d, bias, pos, freq, dh] = family_bindings(call, chunk, folded);
     rec.dispatch(
         kernel,
         &tile.spec()?,
         &[
-            Binding::read(&chunk.buffer),
-            Binding::read(xb),
-            Binding::write(out),
-            Binding::read(call.bias.unwrap_or(xb)),
-            Binding::read(rope.map_or(xb, |r| r.positions)),
-            Binding::read(rope.map_or(xb, |r| r.inv_freq)),
-            // The f16 alias of D (gated f16 outputs).
-            Binding::write(out),
+            a,
+            xs,
+            d,
+            bias,
+            pos,
+            freq,
+            dh,
             match (squares_out, norm) {
                 (Some(s), _) => Binding::write(s.buf),
                 (None, Some((_, s))) => Binding::read(s.buf),

@@ -168,7 +168,9 @@ impl Planner {
             f16_activations: f16,
             // A prompt's tokens may differ in scale by orders of magnitude,
             // and the skinny kernel stages a workgroup's tokens with one
-            // scale: only decode steps fold the norm from sums of squares.
+            // scale: only decode steps fold the norm from sums of squares,
+            // and only on the skinny kernel (f16 activations now reach past
+            // its batches, to the tiles of matmul_coop, which do not fold it).
             norm_in_products: f16 && one && n_tokens <= SKINNY_MAX_TOKENS,
             store_in_attention: fuse && one && (!cpu || !vulkan),
             int_dot: !exact
