@@ -255,6 +255,67 @@ fn nv2_tiles(ctx: &GpuContext) -> Vec<CoopTile> {
     .collect()
 }
 
+/// One product of f16 activations on `tile`, with bias, accumulating into
+/// its output: fresh weights of type `t` and inputs of `[rows, cols, n]`.
+struct F16Product {
+    /// The weight's GGUF blocks.
+    bytes: Vec<u8>,
+    /// Their dequantized values.
+    wf: Vec<f32>,
+    /// The activations as the kernel read them (f16, widened).
+    xr: Vec<f32>,
+    /// The bias.
+    b: Vec<f32>,
+    /// What the output held before.
+    init: Vec<f32>,
+    /// What the kernel left there.
+    got: Vec<f32>,
+    /// The f64 reference of the same inputs.
+    want: Vec<f32>,
+}
+
+fn f16_product(
+    ctx: &Arc<GpuContext>,
+    rng: &mut Rng,
+    tile: CoopTile,
+    t: QuantType,
+    [rows, cols, n]: [usize; 3],
+) -> F16Product {
+    let bytes = random_weight(rng, t, rows * cols);
+    let mut up = Uploader::new(ctx).expect("staging");
+    let w = QuantWeight::from_gguf_bytes(ctx, &mut up, "w", t, rows, cols, &bytes).expect("upload");
+    up.flush().expect("flush");
+    let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+    let (xh, xr) = halves(&rng.normals(n * cols, 1.0));
+    let xb = upload_new(ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
+    let b = rng.normals(rows, 0.5);
+    let bb = device_f32(ctx, &b);
+    let init = rng.normals(n * rows, 1.0);
+    let out = readback(ctx, n * rows);
+    out.write_slice(0, &init).expect("init");
+    run(ctx, |rec| {
+        let input = Input::F16(Mat::new(&xb, n, cols));
+        let output = Output::Accumulate(Mat::new(&out, n, rows));
+        let call = LinearCall::new(&w, Some(&bb), input, output)
+            .on(LinearVariant::Coop)
+            .with_tile(Some(tile));
+        record_linear(rec, &call).expect("record");
+    });
+    let y = linear_ref(&wf, rows, cols, &xr[..n * cols], n);
+    let want: Vec<f32> = (0..n * rows)
+        .map(|i| y[i] + b[i % rows] + init[i])
+        .collect();
+    F16Product {
+        got: read(&out, n * rows),
+        bytes,
+        wf,
+        xr,
+        b,
+        init,
+        want,
+    }
+}
+
 /// Workgroup-scope tiles on every weight format (each decoded by the
 /// kernel's callback), partial tiles of an odd number of rows and of
 /// tokens, with bias and accumulation, from f32 activations and from f16
@@ -285,32 +346,8 @@ fn nv2_tiles_match_ref() {
             (QuantType::Q4_0, 333, 576, 200),
             (QuantType::Q6K, 130, 768, 131),
         ] {
-            let bytes = random_weight(&mut rng, t, rows * cols);
-            let mut up = Uploader::new(&ctx).expect("staging");
-            let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
-                .expect("upload");
-            up.flush().expect("flush");
-            let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
-            let (xh, xr) = halves(&rng.normals(n * cols, 1.0));
-            let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
-            let b = rng.normals(rows, 0.5);
-            let bb = device_f32(&ctx, &b);
-            let init = rng.normals(n * rows, 1.0);
-            let out = readback(&ctx, n * rows);
-            out.write_slice(0, &init).expect("init");
-            run(&ctx, |rec| {
-                let input = Input::F16(Mat::new(&xb, n, cols));
-                let output = Output::Accumulate(Mat::new(&out, n, rows));
-                let call = LinearCall::new(&w, Some(&bb), input, output)
-                    .on(LinearVariant::Coop)
-                    .with_tile(Some(tile));
-                record_linear(rec, &call).expect("record");
-            });
-            let y = linear_ref(&wf, rows, cols, &xr[..n * cols], n);
-            let want: Vec<f32> = (0..n * rows)
-                .map(|i| y[i] + b[i % rows] + init[i])
-                .collect();
-            let e = rel_err(&read(&out, n * rows), &want);
+            let p = f16_product(&ctx, &mut rng, tile, t, [rows, cols, n]);
+            let e = rel_err(&p.got, &p.want);
             assert!(e < 2e-3, "{tile:?} {t} {rows}x{cols} n={n} f16 input: {e}");
         }
     }
@@ -2311,32 +2348,15 @@ fn coop_f16_activations_match_ref() {
             (QuantType::Q8_0, 130, 768, 21),
             (QuantType::Q4_0, 333, 576, 64),
         ] {
-            let bytes = random_weight(&mut rng, t, rows * cols);
-            let mut up = Uploader::new(&ctx).expect("staging");
-            let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
-                .expect("upload");
-            up.flush().expect("flush");
-            let wf = dequantize_vec(t, &bytes, rows * cols).expect("dequant");
-            let (xh, xr) = halves(&rng.normals(n * cols, 1.0));
-            let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
-            let b = rng.normals(rows, 0.5);
-            let bb = device_f32(&ctx, &b);
-            let init = rng.normals(n * rows, 1.0);
-            let out = readback(&ctx, n * rows);
-            out.write_slice(0, &init).expect("init");
-            run(&ctx, |rec| {
-                let input = Input::F16(Mat::new(&xb, n, cols));
-                let output = Output::Accumulate(Mat::new(&out, n, rows));
-                let call = LinearCall::new(&w, Some(&bb), input, output)
-                    .on(LinearVariant::Coop)
-                    .with_tile(Some(tile));
-                record_linear(rec, &call).expect("record");
-            });
-            let y = linear_ref(&wf, rows, cols, &xr[..n * cols], n);
-            let want: Vec<f32> = (0..n * rows)
-                .map(|i| y[i] + b[i % rows] + init[i])
-                .collect();
-            let got = read(&out, n * rows);
+            let F16Product {
+                bytes,
+                wf,
+                xr,
+                b,
+                init,
+                got,
+                want,
+            } = f16_product(&ctx, &mut rng, tile, t, [rows, cols, n]);
             let e = rel_err(&got, &want);
             assert!(e < 2e-3, "{tile:?} {t} {rows}x{cols} n={n}: {e}");
             // The weights reach the matrices as their f16 roundings, each
@@ -2359,6 +2379,7 @@ fn coop_f16_activations_match_ref() {
             let xb = upload_new(&ctx, bytemuck::cast_slice(&xh), "x f16").expect("upload");
             let rows2 = rows & !1;
             let out = readback(&ctx, n * rows2 / 4 + 1);
+            let mut up = Uploader::new(&ctx).expect("staging");
             let w2 = QuantWeight::from_gguf_bytes(
                 &ctx,
                 &mut up,
