@@ -90,6 +90,10 @@ pub struct DeviceCaps {
     /// Streaming multiprocessors (`VK_NV_shader_sm_builtins`); `None` where
     /// the driver does not say.
     pub sm_count: Option<u32>,
+    /// Pipelines are created with statistics capture and their statistics
+    /// printed (`COMBS_PIPELINE_STATS=1` on a device with
+    /// `VK_KHR_pipeline_executable_properties`; see [`super::exec_stats`]).
+    pub pipeline_stats: bool,
 }
 
 impl DeviceCaps {

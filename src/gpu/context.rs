@@ -297,6 +297,7 @@ fn read_caps(
         timestamp_period_ns,
         device_local_bytes,
         sm_count,
+        pipeline_stats: false,
     };
     (caps, exts)
 }
@@ -505,6 +506,10 @@ impl GpuContext {
         if has_ext(ash::khr::portability_subset::NAME) {
             ext_names.push(ash::khr::portability_subset::NAME.as_ptr());
         }
+        caps.pipeline_stats = super::exec_stats::requested() && has_ext(super::exec_stats::NAME);
+        if caps.pipeline_stats {
+            ext_names.push(super::exec_stats::NAME.as_ptr());
+        }
 
         let priorities = [1.0f32];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
@@ -530,6 +535,11 @@ impl GpuContext {
         }
         if coop {
             features = features.push_next(&mut coop_feat);
+        }
+        let mut stats_feat = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        if caps.pipeline_stats {
+            features = features.push_next(&mut stats_feat);
         }
         let mut coop2_feat = super::coopmat2::Features::required();
         if coop2 {

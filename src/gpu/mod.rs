@@ -9,6 +9,7 @@ pub mod caps;
 pub mod command;
 pub mod context;
 pub mod coopmat2;
+pub mod exec_stats;
 pub mod fault;
 pub mod host;
 pub mod kernels;

@@ -177,7 +177,13 @@ pub fn get_pipeline(
             .flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS)
             .push_next(&mut required);
     }
+    let flags = if caps.pipeline_stats {
+        vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+    } else {
+        vk::PipelineCreateFlags::empty()
+    };
     let info = [vk::ComputePipelineCreateInfo::default()
+        .flags(flags)
         .stage(stage)
         .layout(layout)];
     // SAFETY: module, layout and the create info are valid for this call.
@@ -185,6 +191,10 @@ pub fn get_pipeline(
     // SAFETY: the module is no longer needed once the pipeline exists (or failed).
     unsafe { dev.destroy_shader_module(module, None) };
     let raw = result.map_err(|(_, r)| ModelError::vk("vkCreateComputePipelines", r))?[0];
+    if caps.pipeline_stats {
+        let label = format!("{} {spec:?}", kernel.name());
+        super::exec_stats::report(ctx.instance(), dev, raw, &label);
+    }
     if let Some(t) = started {
         // Which kernels a cold driver cache spends the first call on.
         eprintln!(
