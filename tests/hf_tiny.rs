@@ -19,7 +19,9 @@
 //! little more or less from one device to the next (f32 noise upstream flips
 //! some K/V roundings), hence the 2e-3 on single logits. On devices with f16
 //! matrix units batched prefills round their products' inputs to f16 and are
-//! held to ten times both bounds (an H200 measured up to 1.9e-3 / 2.1e-3).
+//! held to ten times both bounds (an H200 measured up to 1.9e-3 / 2.1e-3),
+//! and so are the decode steps after such a prefill, which read the K/V
+//! rows it stored (an H200 measured 1.3e-3 / 1.1e-3).
 //!
 //! Each prompt runs in one session with `n_ctx` = its length, batched (all
 //! rows of logits from one prefill), and again as a prefill of all but the
@@ -268,7 +270,12 @@ fn check_fixture(name: &str) -> (Arc<dyn GenerativeModel>, Fixture) {
              CPU f64 reference {e_ref} with f16 K/V, {e_exact} with f32 K/V"
         );
         assert!(e.within(tol_batched), "{name}, prompt of {n}: batched {e}");
-        assert!(e_dec.within(TOL), "{name}, prompt of {n}: decoded {e_dec}");
+        // The decoded tokens attend to the rows the prefill before them
+        // stored, which f16 matrix units computed from f16 activations.
+        assert!(
+            e_dec.within(tol_batched),
+            "{name}, prompt of {n}: decoded {e_dec}"
+        );
         assert!(
             e_ref.within(TOL),
             "{name}, prompt of {n}: reference {e_ref}"
