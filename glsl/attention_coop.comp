@@ -44,7 +44,14 @@ const uint WGS = 32u * NSG;
 const uint SKV = D / 4u + 2u;     // f16vec4 stride of a staged row (bank spread)
 const uint HB = BC / 2u;          // key columns per lane
 const uint D8 = D / 8u;           // uvec4 words of one head row
-const uint SF = BC > D ? BC : D;  // floats per row of a subgroup's area
+// Floats per row of a subgroup's area: a tile's scores, or OC of the
+// output's matrices at a time while they are rescaled (64 columns at most,
+// so that 128-wide heads fit four subgroups in 48 KB).
+const uint SF = BC > (D < 64u ? D : 64u) ? BC : (D < 64u ? D : 64u);
+// (a divisor of D / 16: four where it divides, else two or one)
+const uint OC = SF / 16u >= D / 16u ? D / 16u
+              : (D / 16u) % (SF / 16u) == 0u ? SF / 16u
+              : (D / 16u) % 2u == 0u ? 2u : 1u;
 // Per invocation and tile: uvec4 words of keys (and as many of values).
 const uint KV_WORDS = (BC * D8 + WGS - 1u) / WGS;
 
@@ -236,19 +243,25 @@ void main() {
                     s_row[row] = corr;
                 }
                 subgroupBarrier();
-                [[unroll]] for (uint d = 0u; d < D / 16u; d++) {
-                    coopMatStore(o[d], s_f, f0 + 16u * d, SF, gl_CooperativeMatrixLayoutRowMajor);
-                }
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                for (uint e = lane; e < 16u * D; e += 32u) {
-                    const uint i = f0 + (e / D) * SF + e % D;
-                    s_f[i] *= s_row[r0 + e / D];
-                }
-                subgroupMemoryBarrierShared();
-                subgroupBarrier();
-                [[unroll]] for (uint d = 0u; d < D / 16u; d++) {
-                    coopMatLoad(o[d], s_f, f0 + 16u * d, SF, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint d0 = 0u; d0 < D / 16u; d0 += OC) {
+                    [[unroll]] for (uint d = 0u; d < OC; d++) {
+                        coopMatStore(o[d0 + d], s_f, f0 + 16u * d, SF,
+                                     gl_CooperativeMatrixLayoutRowMajor);
+                    }
+                    subgroupMemoryBarrierShared();
+                    subgroupBarrier();
+                    for (uint e = lane; e < 256u * OC; e += 32u) {
+                        const uint c = 16u * OC;
+                        s_f[f0 + (e / c) * SF + e % c] *= s_row[r0 + e / c];
+                    }
+                    subgroupMemoryBarrierShared();
+                    subgroupBarrier();
+                    [[unroll]] for (uint d = 0u; d < OC; d++) {
+                        coopMatLoad(o[d0 + d], s_f, f0 + 16u * d, SF,
+                                    gl_CooperativeMatrixLayoutRowMajor);
+                    }
+                    subgroupMemoryBarrierShared();
+                    subgroupBarrier();
                 }
             }
             subgroupMemoryBarrierShared();
@@ -275,16 +288,24 @@ void main() {
     if (hf == 0u) {
         s_row[row] = l > 0.0 ? 1.0 / l : 0.0;
     }
-    [[unroll]] for (uint d = 0u; d < D / 16u; d++) {
-        coopMatStore(o[d], s_f, f0 + 16u * d, SF, gl_CooperativeMatrixLayoutRowMajor);
-    }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    for (uint e = lane; e < 16u * D; e += 32u) {
-        const uint rr = r0 + e / D;
-        if (rr < nq) {
-            const uint d = e % D;
-            data_o[p.o_offset + (q0 + rr) * p.ld_o + h * D + d] = s_f[f0 + (e / D) * SF + d] * s_row[rr];
+    [[unroll]] for (uint d0 = 0u; d0 < D / 16u; d0 += OC) {
+        [[unroll]] for (uint d = 0u; d < OC; d++) {
+            coopMatStore(o[d0 + d], s_f, f0 + 16u * d, SF, gl_CooperativeMatrixLayoutRowMajor);
         }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
+        const uint c = 16u * OC;
+        for (uint e = lane; e < 16u * c; e += 32u) {
+            const uint rr = r0 + e / c;
+            if (rr < nq) {
+                const uint d = 16u * d0 + e % c;
+                data_o[p.o_offset + (q0 + rr) * p.ld_o + h * D + d] =
+                    s_f[f0 + (e / c) * SF + e % c] * s_row[rr];
+            }
+        }
+        subgroupMemoryBarrierShared();
+        subgroupBarrier();
     }
 }

@@ -132,8 +132,10 @@ pub fn coop_layout(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32
         return None;
     }
     let d = head_dim;
+    // Each subgroup's float area holds a tile's scores or 64 columns of
+    // its output (`SF` of the kernel).
     let shared = |nsg: usize, bc: usize| {
-        2 * bc * (d + 8) * 2 + nsg * 16 * (bc.max(d) * 4 + bc * 2 + 4) + 16 * nsg * 8
+        2 * bc * (d + 8) * 2 + nsg * 16 * (bc.max(d.min(64)) * 4 + bc * 2 + 4) + 16 * nsg * 8
     };
     let limit = ctx.caps().max_shared_memory as usize;
     [(4usize, 64usize), (4, 32), (2, 64), (2, 32), (1, 32)]
