@@ -8,7 +8,8 @@
 // cooperative matrices over columns sk * BK .. of the step, so WK > 1 splits
 // K inside the workgroup (skinny products of few tokens keep many
 // workgroups busy that way). The loads of the next step are issued after the
-// current step's products, which the matrix units work through meanwhile.
+// current step's products, which the matrix units work through meanwhile;
+// Q4_0 weights, held raw until staged, go out before the products.
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
@@ -81,6 +82,14 @@ shared float sc[SC];
 // This invocation's share of one step, loaded ahead of the products.
 f16vec4 wreg[A_SUBS][8];
 f16vec4 xreg[X_VECS];
+#if defined(DATA_A_Q4_0)
+// Q4_0 sub-blocks are held raw (quants, scale: 5 registers, not 16) from
+// their load to the staging, which dequantizes; so the next step's loads go
+// out before the products and arrive while the matrix units work.
+#define RAW_W 1
+uvec4 wq[A_SUBS];
+float wd[A_SUBS];
+#endif
 
 void load_step(uint step, uint tid, uint row0, uint tok0) {
     const uint subs = p.k / 32u;
@@ -89,6 +98,21 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         const uint q = tid + i * WGS;
         const uint r = q / spr;
         const uint s = step * spr + q % spr;
+#if defined(RAW_W)
+        {
+            uvec4 qw = uvec4(0u);
+            float d = 0.0;
+            if (q < BM * spr && row0 + r < p.m && s < subs) {
+                const uint ib = (row0 + r) * subs + s;
+                const uint p0 = ib * PLANE0_WORDS;
+                qw = uvec4(data_a[p0], data_a[p0 + 1u], data_a[p0 + 2u], data_a[p0 + 3u]);
+                d = a_scale(p.nb, ib, 0u);
+            }
+            wq[i] = qw;
+            wd[i] = d;
+            continue;
+        }
+#endif
         vec4 w[8];
         if (q < BM * spr && row0 + r < p.m && s < subs) {
             dequant_sub32(p.nb, (row0 + r) * subs + s, w);
@@ -128,6 +152,16 @@ void store_step(uint tid) {
         const uint q = tid + i * WGS;
         if (q < BM * spr) {
             const uint base = (q / spr) * SA4 + (q % spr) * 8u;
+#if defined(RAW_W)
+            {
+                const float d = wd[i], m = -8.0 * d;
+                [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                    sa[base + k] = f16vec4(nib4(wq[i][k], 0u) * d + m);
+                    sa[base + k + 4u] = f16vec4(nib4(wq[i][k], 4u) * d + m);
+                }
+                continue;
+            }
+#endif
             [[unroll]] for (uint j = 0u; j < 8u; j++) {
                 sa[base + j] = wreg[i][j];
             }
@@ -167,6 +201,15 @@ void main() {
     for (uint step = 0u; step < steps; step++) {
         barrier();
         store_step(tid);
+#if defined(RAW_W)
+        // Raw weights and activations wait in registers until the next
+        // staging: load them now, ahead of the products. (Formats
+        // dequantized at load would stall here on their loads instead:
+        // measured slower, see docs/perf-notes.md.)
+        if (step + 1u < steps) {
+            load_step(step + 1u, tid, row0, tok0);
+        }
+#endif
         barrier();
         [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
@@ -187,9 +230,11 @@ void main() {
                 }
             }
         }
+#if !defined(RAW_W)
         if (step + 1u < steps) {
             load_step(step + 1u, tid, row0, tok0);
         }
+#endif
     }
 
     if (WK == 1u) {
