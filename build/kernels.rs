@@ -256,6 +256,14 @@ pub fn kernels() -> Vec<KernelDef> {
         vulkan13: true,
         ..def("attention_coop_f16_f32", "attention_coop.comp", &[])
     });
+    k.push(KernelDef {
+        vulkan13: true,
+        ..def(
+            "attention_coop_f16_f16",
+            "attention_coop.comp",
+            &[("O_F16", "1")],
+        )
+    });
     k.push(def("layer_norm_f32", "layer_norm.comp", &[]));
     k.push(def(
         "unary_gelu_erf_f32",

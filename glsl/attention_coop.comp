@@ -23,7 +23,9 @@
 // Tiles a subgroup's queries cannot see (causal prompts, windows, other
 // sequences' runs) are skipped by that subgroup. As in llama.cpp's
 // cooperative-matrix flash attention, queries and probabilities are rounded
-// to f16 for the products; scores, sums and outputs stay f32.
+// to f16 for the products; scores, sums and outputs stay f32. With O_F16
+// the output is written as f16: the output projection's input where it
+// runs on f16 tiles, which would round it to f16 the same way.
 
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -58,7 +60,11 @@ const uint KV_WORDS = (BC * D8 + WGS - 1u) / WGS;
 layout(binding = 0) readonly buffer Q { float data_q[]; };
 layout(binding = 1) readonly buffer K { uvec4 data_k[]; };
 layout(binding = 2) readonly buffer V { uvec4 data_v[]; };
+#if defined(O_F16)
+layout(binding = 3) writeonly buffer O { float16_t data_o[]; };
+#else
 layout(binding = 3) writeonly buffer O { float data_o[]; };
+#endif
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer S { int page_table[]; };
 layout(binding = 6) readonly buffer T { int seq_base[]; };
@@ -301,8 +307,12 @@ void main() {
             const uint rr = r0 + e / c;
             if (rr < nq) {
                 const uint d = 16u * d0 + e % c;
-                data_o[p.o_offset + (q0 + rr) * p.ld_o + h * D + d] =
-                    s_f[f0 + (e / c) * SF + e % c] * s_row[rr];
+                const float v = s_f[f0 + (e / c) * SF + e % c] * s_row[rr];
+#if defined(O_F16)
+                data_o[p.o_offset + (q0 + rr) * p.ld_o + h * D + d] = float16_t(v);
+#else
+                data_o[p.o_offset + (q0 + rr) * p.ld_o + h * D + d] = v;
+#endif
             }
         }
         subgroupMemoryBarrierShared();

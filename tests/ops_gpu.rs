@@ -1224,6 +1224,10 @@ fn check_attention_variant(
     let vb = device_f32(&ctx, &values);
     let qb = device_f32(&ctx, &q);
     let out = readback(&ctx, n_new * qw);
+    // The cooperative kernel's f16 output (prompts whose output projection
+    // reads f16) is also written, from the same inputs.
+    let coop = variant == AttentionVariant::Coop;
+    let out16 = readback(&ctx, (n_new * qw).div_ceil(2));
     let at_all = CacheAddressing {
         positions: &posb,
         page_table: &page_table,
@@ -1253,8 +1257,27 @@ fn check_attention_variant(
             split: None,
         };
         record_attention(rec, &call).expect("attention");
+        if coop {
+            let call = AttentionCall {
+                out: AnyMat::F16(Mat::<f16>::new(&out16, n_new, qw)),
+                ..call
+            };
+            record_attention(rec, &call).expect("attention, f16 output");
+        }
     });
     let got = read(&out, n_new * qw);
+    if coop {
+        // Each element is the f32 result rounded once to f16.
+        let got16 = read_f16(&out16, n_new * qw);
+        let bad = got
+            .iter()
+            .zip(&got16)
+            .position(|(&a, &b)| f16::from_f32(a).to_f32().to_bits() != b.to_bits());
+        assert!(
+            bad.is_none(),
+            "Coop attention f16 output at {bad:?}, past={n_past} new={n_new} {shape:?}"
+        );
+    }
     let hd = shape.head_dim;
     let group = shape.n_head / shape.n_head_kv;
     let mut want = Vec::new();

@@ -425,10 +425,14 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
         }
         NewKv::Stored => None,
     };
-    if call.out.dtype() == super::DType::F16 && in_kernel.is_none() {
+    if call.out.dtype() == super::DType::F16
+        && in_kernel.is_none()
+        && variant != AttentionVariant::Coop
+    {
         return Err(ModelError::kernel(
             "attention",
-            "f16 output: only the decode kernel storing the new rows writes it",
+            "f16 output: only the decode kernel storing the new rows and the \
+             cooperative-matrix kernel write it",
         ));
     }
     let (o_offset, _, _, ld_o) = call.out.layout();
@@ -520,8 +524,12 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
                     ),
                 )
             })?;
+            let kernel = match call.out {
+                AnyMat::F16(_) => Kernel::AttentionCoopF16F16,
+                AnyMat::F32(_) => Kernel::AttentionCoopF16F32,
+            };
             (
-                Kernel::AttentionCoopF16F32,
+                kernel,
                 vec![32 * nsg, nsg, shape.head_dim as u32, bc],
                 [
                     pc_u32("attention groups", n_tokens.div_ceil(16 * nsg as usize))?,

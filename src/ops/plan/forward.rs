@@ -305,11 +305,13 @@ impl<'r, 'a> Forward<'r, 'a> {
                 }
             }
         }
-        let out = self.act(
-            &self.ws.attn,
-            n_q,
-            self.plan.store_in_attention && self.plan.f16_for(n_q),
-        );
+        let shape = AttentionShape {
+            n_head: a.n_head,
+            n_head_kv: a.n_head_kv,
+            head_dim: a.head_dim,
+        };
+        let f16_out = self.plan.attention_out_f16(self.rec.context(), shape);
+        let out = self.act(&self.ws.attn, n_q, f16_out);
         let new = NewRows { k, v };
         // Keys a token may see: the window, the cache's positions, or both.
         let max_keys = match (a.window, self.n_ctx()) {
@@ -330,11 +332,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             } else {
                 NewKv::Store(new)
             },
-            shape: AttentionShape {
-                n_head: a.n_head,
-                n_head_kv: a.n_head_kv,
-                head_dim: a.head_dim,
-            },
+            shape,
             opts: AttentionOptions {
                 scale: a.scale,
                 softcap: a.softcap,

@@ -32,6 +32,7 @@ pub use speech_block::{
 pub use workspace::{Workspace, WorkspaceShape};
 
 use super::act_round::Numerics;
+use super::attention::{AttentionShape, AttentionVariant};
 use super::backend::{Kernels, VULKAN};
 use super::host::HOST;
 use super::linear::{
@@ -282,6 +283,18 @@ impl Plan {
     /// writes them as f16 (the products read them four at a time).
     pub fn f16_for(&self, cols: usize) -> bool {
         self.f16_activations && cols.is_multiple_of(4)
+    }
+
+    /// Whether the attention of `shape` writes its output as f16 for the
+    /// output projection: where that product reads f16 and the kernel
+    /// writes it (the decode kernel storing the new rows, or the
+    /// cooperative-matrix kernel of prompts, whose f16 output is what the
+    /// product's tiles would round the f32 one to).
+    pub fn attention_out_f16(&self, ctx: &GpuContext, shape: AttentionShape) -> bool {
+        let cols = shape.n_head * shape.head_dim;
+        self.f16_for(cols)
+            && (self.store_in_attention
+                || AttentionVariant::choose(ctx, self.n_tokens, shape) == AttentionVariant::Coop)
     }
 
     /// Whether the integer path's quantizer takes the RMS norm of its
