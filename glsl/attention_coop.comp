@@ -49,7 +49,8 @@ const uint D8 = D / 8u;           // uvec4 words of one head row
 // Floats per row of a subgroup's area: a tile's scores, or OC of the
 // output's matrices at a time while they are rescaled (64 columns at most,
 // so that 128-wide heads fit four subgroups in 48 KB).
-const uint SF = BC > (D < 64u ? D : 64u) ? BC : (D < 64u ? D : 64u);
+const uint DC = D < 64u ? D : 64u;
+const uint SF = BC > DC ? BC : DC;
 // (a divisor of D / 16: four where it divides, else two or one)
 const uint OC = SF / 16u >= D / 16u ? D / 16u
               : (D / 16u) % (SF / 16u) == 0u ? SF / 16u
