@@ -310,7 +310,8 @@ impl<'r, 'a> Forward<'r, 'a> {
             n_head_kv: a.n_head_kv,
             head_dim: a.head_dim,
         };
-        let f16_out = self.plan.attention_out_f16(self.rec.context(), shape);
+        let variant = self.plan.attention_variant(self.rec.context(), shape);
+        let f16_out = self.plan.attention_out_f16(shape, variant);
         let out = self.act(&self.ws.attn, n_q, f16_out);
         let new = NewRows { k, v };
         // Keys a token may see: the window, the cache's positions, or both.
@@ -338,7 +339,7 @@ impl<'r, 'a> Forward<'r, 'a> {
                 softcap: a.softcap,
                 window: a.window,
             },
-            variant: None,
+            variant: Some(variant),
             split: Some(KeySplit {
                 scratch: &self.ws.attn_split,
                 n: None,

@@ -285,16 +285,26 @@ impl Plan {
         self.f16_activations && cols.is_multiple_of(4)
     }
 
-    /// Whether the attention of `shape` writes its output as f16 for the
-    /// output projection: where that product reads f16 and the kernel
-    /// writes it (the decode kernel storing the new rows, or the
+    /// The attention kernel of this call for heads of `shape`: the tiled
+    /// one where it stores the new rows itself, else
+    /// [`AttentionVariant::choose`]'s. The call records it as chosen here,
+    /// so that what [`Plan::attention_out_f16`] assumed is what runs.
+    pub fn attention_variant(&self, ctx: &GpuContext, shape: AttentionShape) -> AttentionVariant {
+        if self.store_in_attention {
+            AttentionVariant::Tiled
+        } else {
+            AttentionVariant::choose(ctx, self.n_tokens, shape)
+        }
+    }
+
+    /// Whether the attention of `shape` on `variant` writes its output as
+    /// f16 for the output projection: where that product reads f16 and the
+    /// kernel writes it (the decode kernel storing the new rows, or the
     /// cooperative-matrix kernel of prompts, whose f16 output is what the
     /// product's tiles would round the f32 one to).
-    pub fn attention_out_f16(&self, ctx: &GpuContext, shape: AttentionShape) -> bool {
+    pub fn attention_out_f16(&self, shape: AttentionShape, variant: AttentionVariant) -> bool {
         let cols = shape.n_head * shape.head_dim;
-        self.f16_for(cols)
-            && (self.store_in_attention
-                || AttentionVariant::choose(ctx, self.n_tokens, shape) == AttentionVariant::Coop)
+        self.f16_for(cols) && (self.store_in_attention || variant == AttentionVariant::Coop)
     }
 
     /// Whether the integer path's quantizer takes the RMS norm of its
