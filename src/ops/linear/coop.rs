@@ -209,10 +209,11 @@ impl CoopTile {
     }
 
     /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
-    /// 16- or 32-row tiles for batched decode, 128 × 128 for 2048+ × 2048+
-    /// weights where its workgroups fill whole waves (`full_waves`; on the
-    /// H200 at 2048 tokens, llama-1b's 2048-wide matrices 5–19% faster than
-    /// on 64 × 64 tiles, which they took below 4096 × 4096 before) and for
+    /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
+    /// weights where its workgroups fill whole waves (`full_waves`), and
+    /// for 2048+ × 2048+ ones so from 1024 tokens (on the H200 at 2048
+    /// tokens, llama-1b's 2048-wide matrices 5–19% faster than on 64 × 64
+    /// tiles: whole prompts +2.6% on Q4_0, +7.8% on Q4_K), and for
     /// narrower ones at 1024+ tokens where they make four waves or more
     /// (`many_waves`), 64 × 64 for other weights of 1024+ rows or at 512+
     /// tokens, the 32-row tile for smaller ones. On the H200, SmolLM2-135M's
@@ -298,7 +299,12 @@ impl CoopTile {
         let big = CoopTile::BIG;
         let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
         let mid = CoopTile::MID;
-        if n > 64 && rows >= 2048 && cols >= 2048 && fits(&big) && full_waves(ctx, big_groups) {
+        // 2048-wide weights only from 1024 tokens: at 512 they gained
+        // nothing in whole prompts (llama-1b) and would cost a first
+        // prompt the 128×128 pipelines' compile on a cold driver cache.
+        let min_dim = if n >= 1024 { 2048 } else { 4096 };
+        if n > 64 && rows >= min_dim && cols >= min_dim && fits(&big) && full_waves(ctx, big_groups)
+        {
             big
         } else if n >= 1024 && fits(&CoopTile::TALL) && many_waves(ctx, big_groups) {
             // Encoders (a vision encoder's tiles, Whisper's window) and long
