@@ -12,7 +12,11 @@
 # timed as llama-bench times (synchronized after the prompt and each
 # token). `--pp 2048,8192` adds prefill-only rows of those prompt lengths.
 # Prints one table: pp512 and tg128 tokens/s of both and the ratio
-# combs/llama.cpp, then load time and first token of the 512-token prompt.
+# combs/llama.cpp, then load time and first token of the 512-token prompt:
+# once from each row's first run (pipelines the driver has not cached yet
+# are compiled there, so a row pays for what no earlier row compiled), and
+# again from a fresh process of each engine after all rows (driver caches
+# warm: what every run but an application's very first sees).
 # For Q4_0 / Q8_0 / Q4_K files a second combs tg128 runs under `--numerics
 # llama.cpp` (activations quantized to 8-bit blocks, integer dot products:
 # what llama.cpp's own GPU matvecs do); `--no-q8` skips it.
@@ -33,7 +37,7 @@ while (($#)); do
         -r) reps="$2"; shift 2 ;;
         --pp) IFS=, read -r -a long <<<"$2"; shift 2 ;;
         --no-q8) q8=0; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) cases+=("$1"); shift ;;
     esac
 done
@@ -49,6 +53,7 @@ fi
 
 rows=()
 longrows=()
+files=()
 for c in "${cases[@]}"; do
     preset="${c%%:*}" type="${c##*:}"
     f="$dir/$preset-$type.gguf"
@@ -60,6 +65,7 @@ for c in "${cases[@]}"; do
         int="$("$combs" bench -m "$f" -p 0 -n 128 -r "$reps" --numerics llama.cpp --json)"
     fi
     rows+=("$preset|$type|$ours|$theirs|$int")
+    files+=("$f")
     for p in "${long[@]}"; do
         o="$("$combs" bench -m "$f" -p "$p" -n 0 -r "$reps" --json)"
         t="$("$py" "$here/llamacpp_bench.py" "$f" -p "$p" -n 0 -r "$reps" 2>>"$dir/llamacpp-$preset-$type.log" | tail -1)"
@@ -67,11 +73,22 @@ for c in "${cases[@]}"; do
     done
 done
 
-"$py" - "${rows[@]}" -- "${longrows[@]}" <<'PY'
+# First token again, each engine in a fresh process, now that the rows
+# above have compiled (and the drivers cached) every pipeline.
+warm=()
+for f in "${files[@]}"; do
+    o="$("$combs" bench -m "$f" -p 512 -n 0 -r 1 --json)"
+    t="$("$py" "$here/llamacpp_bench.py" "$f" -p 512 -n 0 -r 1 2>>"$dir/llamacpp-warm.log" | tail -1)"
+    warm+=("$o|$t")
+done
+
+"$py" - "${rows[@]}" -- "${longrows[@]}" -- "${warm[@]}" <<'PY'
 import json, sys
 args = sys.argv[1:]
 cut = args.index("--")
-short, longs = args[:cut], args[cut + 1:]
+short, rest = args[:cut], args[cut + 1:]
+cut = rest.index("--")
+longs, warm = rest[:cut], rest[cut + 1:]
 print(f"{'model':14} {'type':5} {'pp512 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 combs':>12} {'llama.cpp':>10} {'(perf)':>8} {'ratio':>6}   {'tg128 q8_1':>10} {'ratio':>6}")
 pf = lambda v: f"{v:8.0f}" if v else f"{'-':>8}"
 syncs = set()
@@ -92,12 +109,18 @@ for row in longs:
     n = o["pp"]["n"]
     pr = o["pp"]["tps"] / t["pp"]["tps"] if t["pp"]["tps"] else float("nan")
     print(f"{preset:14} {ty:5} {'pp' + str(n):>6} {o['pp']['tps']:12.0f} {t['pp']['tps']:10.0f} {pr:6.2f}")
-print(f"{'model':14} {'type':5} {'load ms combs':>14} {'llama.cpp':>10} {'first token ms combs':>21} {'llama.cpp':>10}")
-for row in short:
+print(f"{'model':14} {'type':5} {'load ms combs':>14} {'llama.cpp':>10} {'first token ms combs':>21} {'llama.cpp':>10}"
+      f"   {'again: load ms combs':>21} {'llama.cpp':>10} {'first token ms combs':>21} {'llama.cpp':>10}")
+for i, row in enumerate(short):
     preset, ty, ours, theirs, _ = row.split("|", 4)
     o, t = json.loads(ours), json.loads(theirs)
+    wo, wt = (json.loads(v) for v in warm[i].split("|", 1)) if i < len(warm) else ({}, {})
     print(f"{preset:14} {ty:5} {o.get('load_ms', 0):14.0f} {t.get('load_ms', 0):10.0f} "
-          f"{o.get('first_token_ms', 0):21.0f} {t.get('first_token_ms', 0):10.0f}")
+          f"{o.get('first_token_ms', 0):21.0f} {t.get('first_token_ms', 0):10.0f}   "
+          f"{wo.get('load_ms', 0):21.0f} {wt.get('load_ms', 0):10.0f} "
+          f"{wo.get('first_token_ms', 0):21.0f} {wt.get('first_token_ms', 0):10.0f}")
+print("first token = from the start of the process's load to the 512-token prompt's logits; "
+      "again = a fresh process per engine after all rows (pipelines in the drivers' caches)")
 print(f"llama.cpp's timed regions end with: {', '.join(sorted(syncs))} (llama-bench: llama_synchronize)")
 print("tokens/s, medians; ratio = combs / llama.cpp wall-clock; (perf) = llama.cpp's own counters;")
 print("tg128 q8_1 = combs --numerics llama.cpp (8-bit activations, integer dot products)")
