@@ -211,7 +211,7 @@ impl CoopTile {
     /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
     /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
     /// weights where its workgroups fill whole waves (`full_waves`), and
-    /// for 2048+ × 2048+ ones so from 1024 tokens (on the H200 at 2048
+    /// for 2048+ × 2048+ ones likewise from 1024 tokens (on the H200 at 2048
     /// tokens, llama-1b's 2048-wide matrices 5–19% faster than on 64 × 64
     /// tiles: whole prompts +2.6% on Q4_0, +7.8% on Q4_K), and for
     /// narrower ones at 1024+ tokens where they make four waves or more
