@@ -262,7 +262,15 @@ fn weight_copies(
 ) -> Result<Vec<QuantWeight>, CliError> {
     let mut up = Uploader::new(ctx)?;
     let one = combs::quant::device_bytes(t, m.rows * m.cols / t.block_size());
-    let n = (256usize << 20).div_ceil(one.max(1)).clamp(2, 64);
+    // COMBS_BENCH_COPIES=1 leaves a weight that fits the cache resident
+    // there: what the kernel would reach from L2.
+    let n = match std::env::var("COMBS_BENCH_COPIES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(n) => n.clamp(1, 64),
+        None => (256usize << 20).div_ceil(one.max(1)).clamp(2, 64),
+    };
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let bytes = random_weight_bytes(t, m.rows, m.cols, 7 + i as u64);
