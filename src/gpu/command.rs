@@ -5,8 +5,10 @@
 //!
 //! Hazards are tracked per buffer: a dispatch that reads or writes a buffer
 //! written since the last barrier, or writes one read since then, gets a
-//! compute-to-compute memory barrier first. Independent dispatches (Q, K and V
-//! projections of one token, say) therefore run without barriers between them.
+//! memory barrier first whose destination is dispatches only; a copy, fill
+//! or indirect read that touches a buffer accessed before such barriers gets
+//! a full one. Independent dispatches (Q, K and V projections of one token,
+//! say) therefore run without barriers between them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -62,6 +64,13 @@ pub struct Recording {
     /// A survey ([`Recording::survey`]): the pipelines dispatches would
     /// use, collected instead of recorded.
     survey: Option<Vec<SurveyedPipeline>>,
+    /// Buffers written / read before a barrier that ordered them for later
+    /// dispatches only ([`Recording::barrier_for_dispatches`]): a later copy
+    /// or indirect read of them still needs a barrier of its own.
+    unordered_written: HashSet<vk::Buffer>,
+    unordered_read: HashSet<vk::Buffer>,
+    /// Pipeline stages of those accesses.
+    unordered_stages: vk::PipelineStageFlags,
 }
 
 /// What [`get_pipeline`] takes, as a survey collects it.
@@ -173,6 +182,9 @@ impl Recording {
             n_barriers: 0,
             n_host_steps: 0,
             survey: None,
+            unordered_written: HashSet::new(),
+            unordered_read: HashSet::new(),
+            unordered_stages: vk::PipelineStageFlags::empty(),
         };
         // SAFETY: valid device.
         rec.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
@@ -237,6 +249,9 @@ impl Recording {
         self.steps.push(Step::Commands(self.cmd));
         self.written.clear();
         self.read.clear();
+        self.unordered_written.clear();
+        self.unordered_read.clear();
+        self.unordered_stages = vk::PipelineStageFlags::empty();
         self.stages_since_barrier = vk::PipelineStageFlags::empty();
         self.dirty = false;
         Ok(())
@@ -285,13 +300,13 @@ impl Recording {
         self.barrier_since();
     }
 
-    /// A barrier after the commands recorded since the last one: its source
-    /// scope is only the stages they used (compute alone between dispatches,
-    /// so the GPU waits for no transfer work), its destination everything
-    /// later, since hazard tracking starts afresh after it.
+    /// A barrier after the commands recorded since the last one (and those
+    /// before earlier barriers that ordered them for dispatches only): its
+    /// source scope is only the stages they used, its destination
+    /// everything later, since hazard tracking starts afresh after it.
     fn barrier_since(&mut self) {
         self.dirty = true;
-        let mut src = self.stages_since_barrier;
+        let mut src = self.stages_since_barrier | self.unordered_stages;
         if src.is_empty() {
             src = vk::PipelineStageFlags::COMPUTE_SHADER;
         }
@@ -321,6 +336,46 @@ impl Recording {
         };
         self.written.clear();
         self.read.clear();
+        self.unordered_written.clear();
+        self.unordered_read.clear();
+        self.unordered_stages = vk::PipelineStageFlags::empty();
+        self.stages_since_barrier = vk::PipelineStageFlags::empty();
+        self.n_barriers += 1;
+    }
+
+    /// A barrier that orders the commands recorded since the last one
+    /// before later dispatches only. Between two dispatches this is what
+    /// NVIDIA's driver runs fastest: a barrier whose destination also
+    /// names the transfer and indirect-command stages cost ~3 µs more per
+    /// dependent dispatch on the H200 (llama-1b decode 957 → 1169 tokens/s,
+    /// SmolLM2 777 → 1074 with this one). The accesses stay tracked for
+    /// later copies and indirect reads, which get a full barrier.
+    fn barrier_for_dispatches(&mut self) {
+        self.dirty = true;
+        let mut src = self.stages_since_barrier;
+        if src.is_empty() {
+            src = vk::PipelineStageFlags::COMPUTE_SHADER;
+        }
+        let mut src_access = vk::AccessFlags::empty();
+        if src.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
+            src_access |= vk::AccessFlags::SHADER_WRITE;
+        }
+        if src.contains(vk::PipelineStageFlags::TRANSFER) {
+            src_access |= vk::AccessFlags::TRANSFER_WRITE;
+        }
+        let dst_access = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+        // SAFETY: cmd is in the recording state (checked by callers).
+        unsafe {
+            memory_barrier(
+                self.ctx.device(),
+                self.cmd,
+                (src, src_access),
+                (vk::PipelineStageFlags::COMPUTE_SHADER, dst_access),
+            )
+        };
+        self.unordered_written.extend(self.written.drain());
+        self.unordered_read.extend(self.read.drain());
+        self.unordered_stages |= src;
         self.stages_since_barrier = vk::PipelineStageFlags::empty();
         self.n_barriers += 1;
     }
@@ -331,11 +386,20 @@ impl Recording {
         writes: &[vk::Buffer],
         stage: vk::PipelineStageFlags,
     ) {
-        let hazard = reads.iter().any(|b| self.written.contains(b))
-            || writes
-                .iter()
-                .any(|b| self.written.contains(b) || self.read.contains(b));
-        if hazard {
+        let conflicts = |written: &HashSet<vk::Buffer>, read: &HashSet<vk::Buffer>| {
+            reads.iter().any(|b| written.contains(b))
+                || writes
+                    .iter()
+                    .any(|b| written.contains(b) || read.contains(b))
+        };
+        let dispatch = stage == vk::PipelineStageFlags::COMPUTE_SHADER;
+        if dispatch {
+            if conflicts(&self.written, &self.read) {
+                self.barrier_for_dispatches();
+            }
+        } else if conflicts(&self.written, &self.read)
+            || conflicts(&self.unordered_written, &self.unordered_read)
+        {
             self.barrier_since();
         }
         self.read.extend(reads.iter().copied());
@@ -444,9 +508,9 @@ impl Recording {
                 "indirect dispatch arguments out of range".into(),
             ));
         }
-        // The indirect read happens before the dispatch runs: any earlier
-        // write of the arguments is a hazard (tracked as a compute read).
-        self.track(&[args.raw()], &[], vk::PipelineStageFlags::COMPUTE_SHADER);
+        // The indirect read happens before the dispatch runs, in its own
+        // stage: any earlier write of the arguments needs a full barrier.
+        self.track(&[args.raw()], &[], vk::PipelineStageFlags::DRAW_INDIRECT);
         self.keep(args);
         let pipeline = self.prepare(kernel, spec, bindings, push)?;
         // SAFETY: recording state, pipeline bound, args range checked.
