@@ -306,17 +306,7 @@ impl Recording {
     /// everything later, since hazard tracking starts afresh after it.
     fn barrier_since(&mut self) {
         self.dirty = true;
-        let mut src = self.stages_since_barrier | self.unordered_stages;
-        if src.is_empty() {
-            src = vk::PipelineStageFlags::COMPUTE_SHADER;
-        }
-        let mut src_access = vk::AccessFlags::empty();
-        if src.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
-            src_access |= vk::AccessFlags::SHADER_WRITE;
-        }
-        if src.contains(vk::PipelineStageFlags::TRANSFER) {
-            src_access |= vk::AccessFlags::TRANSFER_WRITE;
-        }
+        let (src, src_access) = source_scope(self.stages_since_barrier | self.unordered_stages);
         let dst_access = vk::AccessFlags::SHADER_READ
             | vk::AccessFlags::SHADER_WRITE
             | vk::AccessFlags::TRANSFER_READ
@@ -352,17 +342,7 @@ impl Recording {
     /// later copies and indirect reads, which get a full barrier.
     fn barrier_for_dispatches(&mut self) {
         self.dirty = true;
-        let mut src = self.stages_since_barrier;
-        if src.is_empty() {
-            src = vk::PipelineStageFlags::COMPUTE_SHADER;
-        }
-        let mut src_access = vk::AccessFlags::empty();
-        if src.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
-            src_access |= vk::AccessFlags::SHADER_WRITE;
-        }
-        if src.contains(vk::PipelineStageFlags::TRANSFER) {
-            src_access |= vk::AccessFlags::TRANSFER_WRITE;
-        }
+        let (src, src_access) = source_scope(self.stages_since_barrier);
         let dst_access = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
         // SAFETY: cmd is in the recording state (checked by callers).
         unsafe {
@@ -893,6 +873,24 @@ impl Drop for Recording {
             dev.destroy_command_pool(self.pool, None);
         }
     }
+}
+
+/// A barrier's source scope for commands of `stages` (compute when none):
+/// the stages and the writes they make.
+fn source_scope(stages: vk::PipelineStageFlags) -> (vk::PipelineStageFlags, vk::AccessFlags) {
+    let src = if stages.is_empty() {
+        vk::PipelineStageFlags::COMPUTE_SHADER
+    } else {
+        stages
+    };
+    let mut access = vk::AccessFlags::empty();
+    if src.contains(vk::PipelineStageFlags::COMPUTE_SHADER) {
+        access |= vk::AccessFlags::SHADER_WRITE;
+    }
+    if src.contains(vk::PipelineStageFlags::TRANSFER) {
+        access |= vk::AccessFlags::TRANSFER_WRITE;
+    }
+    (src, access)
 }
 
 /// Records a global memory barrier: the accesses `src.1` of stages `src.0`
