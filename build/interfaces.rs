@@ -628,6 +628,24 @@ pub fn interfaces() -> Vec<Interface> {
             ]),
             flags: vec![],
         },
+        Interface {
+            family: "topk",
+            rust: "TopKParams",
+            doc: "`glsl/topk.comp`: the k largest values of each row with their indices.",
+            glsl_prefix: "TOPK",
+            fields: items(vec![
+                u("n_rows", "Rows."),
+                u(
+                    "width",
+                    "Values per row (the first pass) or candidate lists per row (the merge).",
+                ),
+                u("ld", "Floats between rows of x (the first pass)."),
+                u("offset", "Float index of x's row 0 (the first pass)."),
+                u("k", "Candidates kept per row (and per list)."),
+                u("chunk", "Values one workgroup of the first pass takes."),
+            ]),
+            flags: vec![],
+        },
     ]
 }
 

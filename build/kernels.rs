@@ -228,6 +228,9 @@ pub fn kernels() -> Vec<KernelDef> {
     ));
     k.push(def("rope_f32", "rope.comp", &[]));
     k.push(def("softcap_f32", "softcap.comp", &[]));
+    // Top-k of logit rows: candidates per chunk of a row, then one merge per row.
+    k.push(def("topk_f32", "topk.comp", &[]));
+    k.push(def("topk_merge", "topk.comp", &[("TOPK_MERGE", "1")]));
     k.push(def("kv_store_f32_f16", "kv_store.comp", &[]));
     k.push(def("attention_f16_f32", "attention.comp", &[]));
     k.push(def(

@@ -16,6 +16,7 @@ use super::layer_norm::LayerNormCall;
 use super::linear::LinearCall;
 use super::rms_norm::RmsNormCall;
 use super::rope::RopeCall;
+use super::topk::TopKCall;
 use super::unary::UnaryCall;
 use crate::error::Result;
 use crate::gpu::{Buffer, Recording};
@@ -123,6 +124,11 @@ pub trait Kernels: Send + Sync {
     /// # Errors
     /// Shapes the family does not take.
     fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()>;
+    /// The k best logits of each row with their indices ([`super::topk::record_top_k`]).
+    ///
+    /// # Errors
+    /// As [`super::topk::TopKCall::check`].
+    fn top_k(&self, rec: &mut Recording, call: &TopKCall<'_>) -> Result<()>;
 }
 
 /// The Vulkan kernels (`glsl/`).
@@ -194,5 +200,9 @@ impl Kernels for Vulkan {
 
     fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
         super::kv_store::record_kv_store(rec, call)
+    }
+
+    fn top_k(&self, rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
+        super::topk::record_top_k(rec, call)
     }
 }

@@ -23,6 +23,7 @@ pub mod quantize_q8_1;
 pub mod rms_norm;
 pub mod rope;
 pub mod softcap;
+pub mod topk;
 pub mod unary;
 
 pub use mat::{AnyMat, DType, Elem, Mat};

@@ -43,6 +43,7 @@ use super::linear::LinearCall;
 use super::mat::Elem;
 use super::rms_norm::RmsNormCall;
 use super::rope::RopeCall;
+use super::topk::TopKCall;
 use super::unary::UnaryCall;
 use crate::error::Result;
 use crate::gpu::{Buffer, HostMem, HostMut, HostRef, Recording};
@@ -233,6 +234,10 @@ impl Kernels for Host {
 
     fn kv_store(&self, rec: &mut Recording, call: &KvStoreCall<'_>) -> Result<()> {
         attention::record_kv_store(rec, call)
+    }
+
+    fn top_k(&self, rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
+        elementwise::top_k(rec, call)
     }
 }
 
