@@ -5,6 +5,7 @@
 
 use super::rng::Rng;
 use crate::error::{ModelError, Result};
+use crate::ops::topk::ranks_before;
 
 /// Sampling parameters (the C API's `combs_sampler_options`).
 #[derive(Clone, Debug, PartialEq)]
@@ -147,61 +148,139 @@ impl Sampler {
         self.rng = Rng::new(self.opts.seed);
     }
 
-    fn penalized(&self, logits: &[f32]) -> Vec<f32> {
-        let mut l = logits.to_vec();
-        if self.opts.repeat_penalty == 1.0 || self.opts.repeat_last_n == 0 {
-            return l;
+    /// Whether the repetition penalty changes anything.
+    fn penalizes(&self) -> bool {
+        self.opts.repeat_penalty != 1.0 && self.opts.repeat_last_n != 0
+    }
+
+    /// The distinct tokens the penalty applies to now.
+    fn penalty_window(&self) -> std::collections::HashSet<u32> {
+        if !self.penalizes() {
+            return std::collections::HashSet::new();
         }
         let n = match self.opts.repeat_last_n {
             -1 => self.recent.len(),
             n => (n as usize).min(self.recent.len()),
         };
-        let mut seen = std::collections::HashSet::new();
-        for &t in &self.recent[self.recent.len() - n..] {
-            let t = t as usize;
-            if t < l.len() && seen.insert(t) {
-                if l[t] > 0.0 {
-                    l[t] /= self.opts.repeat_penalty;
-                } else {
-                    l[t] *= self.opts.repeat_penalty;
-                }
+        self.recent[self.recent.len() - n..]
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// `v` after the penalty, for a token in the window.
+    fn penalize(&self, v: f32) -> f32 {
+        if v > 0.0 {
+            v / self.opts.repeat_penalty
+        } else {
+            v * self.opts.repeat_penalty
+        }
+    }
+
+    fn penalized(&self, logits: &[f32]) -> Vec<f32> {
+        let mut l = logits.to_vec();
+        for t in self.penalty_window() {
+            if let Some(v) = l.get_mut(t as usize) {
+                *v = self.penalize(*v);
             }
         }
         l
     }
 
+    /// How many of the best logits (by value, then lower index) the next
+    /// draw depends on: [`Self::sample_candidates`] given that many draws
+    /// what [`Self::sample`] would from the whole row. `None` when the
+    /// draw needs every logit (no top-k with a temperature, or a penalty
+    /// below 1 that can raise a token from anywhere in the row).
+    pub fn candidates_needed(&self) -> Option<usize> {
+        // A penalty of at least 1 only lowers tokens: a token outside the
+        // best top_k + (tokens in the window) stays behind top_k others.
+        let n_pen = if self.penalizes() {
+            if self.opts.repeat_penalty < 1.0 {
+                return None;
+            }
+            self.penalty_window().len()
+        } else {
+            0
+        };
+        if self.opts.temperature <= 0.0 {
+            return Some(1 + n_pen);
+        }
+        (self.opts.top_k > 0).then(|| self.opts.top_k as usize + n_pen)
+    }
+
     /// Draws the next token from `logits` and remembers it for the penalty.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let t = self.choose(logits);
+        let l = self.penalized(logits);
+        let t = if self.opts.temperature <= 0.0 || l.is_empty() {
+            argmax(&l) as u32
+        } else {
+            // NaN logits are never candidates.
+            let cand: Vec<(u32, f32)> = l
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.is_nan())
+                .map(|(i, &v)| (i as u32, v))
+                .collect();
+            self.draw(cand)
+        };
         self.accept(t);
         t
     }
 
-    fn choose(&mut self, logits: &[f32]) -> u32 {
-        let l = self.penalized(logits);
-        if self.opts.temperature <= 0.0 || l.is_empty() {
-            return argmax(&l) as u32;
-        }
-        // Candidates sorted by logit, best first; NaN logits are never candidates.
-        let mut cand: Vec<(u32, f32)> = l
+    /// [`Self::sample`] from the best logits of the row only: `cands` holds
+    /// `(token, logit)` of at least [`Self::candidates_needed`] of them
+    /// (or every one that is not NaN), best first by value and then lower
+    /// index, as `ops::topk` returns them. Draws the same token as
+    /// `sample` on the whole row, and remembers it.
+    pub fn sample_candidates(&mut self, cands: &[(u32, f32)]) -> u32 {
+        let window = self.penalty_window();
+        let cand: Vec<(u32, f32)> = cands
             .iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_nan())
-            .map(|(i, &v)| (i as u32, v))
+            .filter(|c| !c.1.is_nan())
+            .map(|&(t, v)| {
+                if window.contains(&t) {
+                    (t, self.penalize(v))
+                } else {
+                    (t, v)
+                }
+            })
             .collect();
+        let t = if self.opts.temperature <= 0.0 {
+            cand.iter()
+                .copied()
+                .reduce(|a, b| if ranks_before(b, a) { b } else { a })
+                .map_or(0, |c| c.0)
+        } else {
+            self.draw(cand)
+        };
+        self.accept(t);
+        t
+    }
+
+    /// The chain after the penalty over `cand` (penalized, no NaN): top-k,
+    /// top-p, min-p, temperature, the seeded draw.
+    fn draw(&mut self, mut cand: Vec<(u32, f32)>) -> u32 {
         if cand.is_empty() {
             return 0;
         }
+        // By value, then lower index: a total order, so which of equal
+        // logits survive the cut does not depend on where they came from.
+        let order = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.partial_cmp(&a.1)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.0.cmp(&b.0))
+        };
         let k = if self.opts.top_k > 0 {
             (self.opts.top_k as usize).min(cand.len())
         } else {
             cand.len()
         };
         if k < cand.len() {
-            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.select_nth_unstable_by(k - 1, order);
             cand.truncate(k);
         }
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1));
+        cand.sort_by(order);
         let softmax = |c: &[(u32, f32)], temp: f32| -> Vec<f64> {
             let m = f64::from(c[0].1);
             let e: Vec<f64> = c
@@ -335,6 +414,84 @@ mod tests {
         s.accept(1);
         // 3.0 / 2 = 1.5 < 2.0
         assert_eq!(s.sample(&[0.0, 3.0, 2.0]), 2);
+    }
+
+    /// Drawing from the best `candidates_needed` logits gives the same
+    /// tokens as drawing from the whole row, step after step (the penalty
+    /// window moving), for chains with and without a penalty, ties among
+    /// the logits, NaN and greedy decoding.
+    #[test]
+    fn sampler_candidates_draw_as_the_whole_row() {
+        use crate::ops::topk::top_k_ref;
+        let mut seed = 0x1234_5678_9abc_def0u64 ^ std::process::id() as u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let n_vocab = 500;
+        for case in 0..40 {
+            let opts = SamplerOptions {
+                temperature: [0.0, 0.3, 0.8, 1.5][case % 4],
+                top_k: [1, 5, 40, 64][(case / 4) % 4],
+                top_p: [1.0, 0.9, 0.5][case % 3],
+                min_p: [0.0, 0.05, 0.2][(case / 3) % 3],
+                repeat_penalty: [1.0, 1.1, 3.0][(case / 2) % 3],
+                repeat_last_n: [0, 8, 64, -1][(case / 5) % 4],
+                seed: next(),
+            };
+            let mut whole = Sampler::new(opts.clone()).expect("valid");
+            let mut cands = Sampler::new(opts.clone()).expect("valid");
+            for step in 0..60 {
+                let ties = case % 7 == 0;
+                let logits: Vec<f32> = (0..n_vocab)
+                    .map(|_| {
+                        let r = next();
+                        if r % 97 == 0 {
+                            f32::NAN
+                        } else if ties {
+                            (r % 5) as f32 * 0.5
+                        } else {
+                            ((r >> 11) as f64 / (1u64 << 53) as f64 * 12.0 - 6.0) as f32
+                        }
+                    })
+                    .collect();
+                let k = cands.candidates_needed().expect("top-k or greedy");
+                let list = top_k_ref(&logits, k);
+                let a = whole.sample(&logits);
+                let b = cands.sample_candidates(&list);
+                assert_eq!(a, b, "case {case} step {step} {opts:?} k {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn sampler_candidates_needed_when_the_row_matters() {
+        let with = |o: SamplerOptions| Sampler::new(o).expect("valid").candidates_needed();
+        assert_eq!(with(SamplerOptions::greedy()), Some(1));
+        assert_eq!(with(SamplerOptions::default()), Some(40));
+        let all = SamplerOptions {
+            top_k: 0,
+            ..Default::default()
+        };
+        assert_eq!(with(all), None);
+        let raising = SamplerOptions {
+            repeat_penalty: 0.9,
+            ..Default::default()
+        };
+        assert_eq!(with(raising), None);
+        let mut s = Sampler::new(SamplerOptions {
+            repeat_penalty: 1.2,
+            repeat_last_n: 3,
+            ..Default::default()
+        })
+        .expect("valid");
+        for t in [5, 6, 5, 7, 8] {
+            s.accept(t);
+        }
+        // The window holds 5, 7, 8.
+        assert_eq!(s.candidates_needed(), Some(43));
     }
 
     #[test]
