@@ -220,6 +220,35 @@ pub trait GenerativeModel: Send + Sync {
         out_row: usize,
     ) -> Result<()>;
 
+    /// Records the final norm and output head for rows `0..n` of the
+    /// residual stream, and the `k` best logits of each row with their
+    /// indices into `out` (`ops::topk`, the first pass's lists in
+    /// `scratch`): a decode step whose sampler reads candidates, not rows.
+    ///
+    /// # Errors
+    /// Models that do not produce logits this way (the default), more rows
+    /// than the workspace holds, k out of range.
+    fn record_logits_top_k(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        k: usize,
+        scratch: &Arc<Buffer>,
+        out: &Arc<Buffer>,
+    ) -> Result<()> {
+        let _ = (rec, s, n, k, scratch, out);
+        Err(ModelError::invalid(
+            "model",
+            format!("{} does not select logits on the device", self.spec().arch),
+        ))
+    }
+
+    /// Whether [`GenerativeModel::record_logits_top_k`] is implemented.
+    fn selects_logits(&self) -> bool {
+        false
+    }
+
     /// Records, as one device's share of a model split by layers, the
     /// copy of the previous stage's stream in `io.from` over the residual
     /// (none on the first stage, which embeds instead), this model's blocks
@@ -533,6 +562,26 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
             .head()
             .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
         Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, out_row, &s.logits)
+    }
+
+    fn record_logits_top_k(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        n: usize,
+        k: usize,
+        scratch: &Arc<Buffer>,
+        out: &Arc<Buffer>,
+    ) -> Result<()> {
+        let head = self
+            .arch
+            .head()
+            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
+        Forward::new(rec, self.planner, &s.work, n)?.logits_top_k(&head, k, scratch, out)
+    }
+
+    fn selects_logits(&self) -> bool {
+        self.arch.head().is_some()
     }
 
     fn record_stage(

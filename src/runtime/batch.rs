@@ -11,11 +11,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::sampler::Sampler;
 use super::session::Session;
 use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, LentBuffer, MemoryKind, Recording};
 use crate::kv::{PagePool, PagedBatchView};
 use crate::models::{GenerativeModel, Scratch};
+use crate::ops::topk::{MAX_TOP_K, decode_top_k, top_k_scratch_bytes};
 
 /// Most tokens one batched forward pass carries (longer prompts are split).
 const MAX_PASS_TOKENS: usize = 512;
@@ -32,6 +34,28 @@ struct Segment {
 /// sessions step together; a third covers a session that sat out a step.
 /// Past that, logits are copied into the sessions.
 const MAX_SLABS: usize = 3;
+
+/// Candidates a sampling step selects per sequence are rounded up to a
+/// multiple of this (fewer recorded steps; more candidates are as exact).
+const TOP_K_STEP: usize = 16;
+
+/// The buffers of sampling steps' top-k: the first pass's lists on the
+/// device and the candidates the host reads, for up to `rows` sequences of
+/// up to [`MAX_TOP_K`] candidates.
+struct TopKBuffers {
+    scratch: Arc<Buffer>,
+    out: Arc<Buffer>,
+    rows: usize,
+}
+
+/// What a pass leaves for the host.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PassOutput {
+    /// Each session's logits.
+    Logits,
+    /// The best `k` logits of each sequence (decode steps only).
+    TopK(usize),
+}
 
 /// Buffers and recorded decode steps for batched calls on one model.
 pub struct BatchRunner {
@@ -53,6 +77,8 @@ pub struct BatchRunner {
     /// copy of 16 × 128k floats per step): the runner writes only those no
     /// session holds rows of.
     slabs: Vec<LentBuffer>,
+    /// The top-k buffers of sampling steps, once one ran.
+    top_k: Option<TopKBuffers>,
     /// Record passes with GPU timestamps (not replayed), for profiling.
     timestamps: bool,
     /// The last pass's recording, when it had timestamps.
@@ -72,6 +98,7 @@ impl BatchRunner {
             steps: HashMap::new(),
             pool: None,
             slabs: Vec::new(),
+            top_k: None,
             timestamps: false,
             last: None,
         }
@@ -123,7 +150,65 @@ impl BatchRunner {
             self.check(std::slice::from_ref(s), &lists)?;
             return s.decode(*t);
         }
-        self.run(sessions, &lists)
+        self.run(sessions, &lists, PassOutput::Logits).map(drop)
+    }
+
+    /// Evaluates `tokens[i]` after what `sessions[i]` holds, as
+    /// [`Self::decode`], and draws each session's next token with
+    /// `samplers[i]` (which remembers it). Where every sampler's draw
+    /// depends only on the best few logits of its row (a top-k or greedy
+    /// chain, [`Sampler::candidates_needed`]), the device selects them and
+    /// only those cross to the host: each session's logits are then not
+    /// available ([`Session::logits`] is empty until its next evaluation).
+    /// Otherwise (or for one session) the whole rows are read and sampled
+    /// as [`Sampler::sample`] does. Either way the tokens are the same.
+    ///
+    /// # Errors
+    /// As [`Self::decode`]; a sampler count other than the session count.
+    pub fn decode_sample(
+        &mut self,
+        sessions: &mut [&mut Session],
+        tokens: &[u32],
+        samplers: &mut [&mut Sampler],
+    ) -> Result<Vec<u32>> {
+        if samplers.len() != sessions.len() {
+            return Err(ModelError::invalid(
+                "samplers",
+                format!("{} samplers for {} sessions", samplers.len(), sessions.len()),
+            ));
+        }
+        let k = samplers
+            .iter()
+            .map(|s| s.candidates_needed())
+            .collect::<Option<Vec<usize>>>()
+            .and_then(|v| v.into_iter().max())
+            .map(|k| k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K).max(k))
+            .filter(|&k| k <= MAX_TOP_K);
+        match k {
+            Some(k) if sessions.len() > 1 && self.model.selects_logits() => {
+                if sessions.len() != tokens.len() {
+                    return Err(ModelError::invalid(
+                        "tokens",
+                        format!("{} tokens for {} sessions", tokens.len(), sessions.len()),
+                    ));
+                }
+                let lists: Vec<&[u32]> = tokens.iter().map(std::slice::from_ref).collect();
+                let cands = self.run(sessions, &lists, PassOutput::TopK(k))?;
+                Ok(samplers
+                    .iter_mut()
+                    .zip(&cands)
+                    .map(|(s, c)| s.sample_candidates(c))
+                    .collect())
+            }
+            _ => {
+                self.decode(sessions, tokens)?;
+                Ok(samplers
+                    .iter_mut()
+                    .zip(sessions.iter())
+                    .map(|(sm, s)| sm.sample(s.logits()))
+                    .collect())
+            }
+        }
     }
 
     /// Evaluates `prompts[i]` after what `sessions[i]` holds, packing the
@@ -140,7 +225,7 @@ impl BatchRunner {
                 format!("{} prompts for {} sessions", prompts.len(), sessions.len()),
             ));
         }
-        self.run(sessions, prompts)
+        self.run(sessions, prompts, PassOutput::Logits).map(drop)
     }
 
     fn check(&self, sessions: &[&mut Session], lists: &[&[u32]]) -> Result<Arc<PagePool>> {
@@ -184,9 +269,17 @@ impl BatchRunner {
         pool.ok_or_else(|| ModelError::invalid("sessions", "no sessions given"))
     }
 
-    fn run(&mut self, sessions: &mut [&mut Session], lists: &[&[u32]]) -> Result<()> {
+    /// Evaluates the lists in passes; with [`PassOutput::TopK`], returns
+    /// each session's candidates (empty lists otherwise).
+    fn run(
+        &mut self,
+        sessions: &mut [&mut Session],
+        lists: &[&[u32]],
+        output: PassOutput,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        let mut cands = vec![Vec::new(); sessions.len()];
         if sessions.is_empty() {
-            return Ok(());
+            return Ok(cands);
         }
         let pool = self.check(sessions, lists)?;
         if !self.pool.as_ref().is_some_and(|p| Arc::ptr_eq(p, &pool)) {
@@ -216,9 +309,9 @@ impl BatchRunner {
                 n_tok += len;
             }
             if segs.is_empty() {
-                return Ok(());
+                return Ok(cands);
             }
-            self.pass(sessions, lists, &segs, &pool)?;
+            self.pass(sessions, lists, &segs, &pool, output, &mut cands)?;
             for sg in &segs {
                 done[sg.session] += sg.len;
             }
@@ -286,12 +379,39 @@ impl BatchRunner {
         Ok(())
     }
 
+    /// The top-k buffers for `rows` sequences, made (or grown, which drops
+    /// the recorded steps) as needed.
+    fn ensure_top_k(&mut self, rows: usize) -> Result<()> {
+        if self.top_k.as_ref().is_some_and(|t| t.rows >= rows) {
+            return Ok(());
+        }
+        self.steps.clear();
+        self.top_k = None;
+        let rows = rows.next_power_of_two().max(16);
+        let ctx = self.model.context().clone();
+        let n_vocab = self.model.spec().n_vocab;
+        let bytes = top_k_scratch_bytes(rows, n_vocab, MAX_TOP_K);
+        self.top_k = Some(TopKBuffers {
+            scratch: Buffer::new(&ctx, bytes, MemoryKind::Device, "top-k lists")?,
+            out: Buffer::new(
+                &ctx,
+                (rows * MAX_TOP_K * 8) as u64,
+                MemoryKind::Readback,
+                "top-k candidates",
+            )?,
+            rows,
+        });
+        Ok(())
+    }
+
     fn pass(
         &mut self,
         sessions: &mut [&mut Session],
         lists: &[&[u32]],
         segs: &[Segment],
         pool: &Arc<PagePool>,
+        output: PassOutput,
+        cands: &mut [Vec<(u32, f32)>],
     ) -> Result<()> {
         // Reserve every sequence's positions first, all or none.
         for (k, sg) in segs.iter().enumerate() {
@@ -335,6 +455,18 @@ impl BatchRunner {
             }
         }
         self.ensure(n_tok, segs.len(), table.len(), rtable.len())?;
+        let top_k = match output {
+            PassOutput::TopK(k) if segs.iter().all(|s| s.len == 1) => {
+                self.ensure_top_k(n_tok)?;
+                Some(k)
+            }
+            PassOutput::TopK(_) => {
+                return Err(ModelError::Internal(
+                    "a sampling pass of more than one token per sequence".into(),
+                ));
+            }
+            PassOutput::Logits => None,
+        };
         let (Some(scratch), Some(page_table), Some(seq_base), Some(ring_table), Some(ring_base)) = (
             &self.scratch,
             &self.page_table,
@@ -364,11 +496,15 @@ impl BatchRunner {
         let decode = view.one_per_sequence;
         let model = self.model.clone();
         // Decode steps leave their logits in a slab the sessions read in place.
-        let slab = if decode {
+        let slab = if decode && top_k.is_none() {
             Self::free_slab(&mut self.slabs, scratch)?
         } else {
             None
         };
+        let top_bufs = self
+            .top_k
+            .as_ref()
+            .map(|t| (t.scratch.clone(), t.out.clone()));
         let step_scratch = match slab {
             Some(i) => Scratch {
                 logits: self.slabs[i].buffer().clone(),
@@ -380,7 +516,9 @@ impl BatchRunner {
             let scratch = &step_scratch;
             model.record_embed(rec, scratch, n_tok)?;
             model.record_blocks(rec, scratch, &view, n_tok)?;
-            if decode {
+            if let (Some(k), Some((lists, out))) = (top_k, &top_bufs) {
+                model.record_logits_top_k(rec, scratch, n_tok, k, lists, out)
+            } else if decode {
                 model.record_logits(rec, scratch, 0, n_tok, 0)
             } else {
                 let mut last = 0;
@@ -398,7 +536,14 @@ impl BatchRunner {
             rec.submit_and_wait()?;
             self.last = Some(rec);
         } else if decode {
-            let key = (n_tok, n_ctx, slab.map_or(MAX_SLABS, |i| i));
+            // Steps by their logits' destination: a slab, the session
+            // copies (MAX_SLABS), or top-k candidates (past that, by k).
+            let dest = match (top_k, slab) {
+                (Some(k), _) => MAX_SLABS + k,
+                (None, Some(i)) => i,
+                (None, None) => MAX_SLABS,
+            };
+            let key = (n_tok, n_ctx, dest);
             let step = match self.steps.entry(key) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -420,6 +565,18 @@ impl BatchRunner {
             .as_ref()
             .ok_or_else(|| ModelError::Internal("batch scratch missing".into()))?;
         let n_vocab = model.spec().n_vocab;
+        if let (Some(k), Some((_, out))) = (top_k, &top_bufs) {
+            let mut words = vec![0u32; n_tok * k * 2];
+            out.read_slice(0, &mut words)?;
+            for (row, sg) in segs.iter().enumerate() {
+                let tokens = &lists[sg.session][sg.start..sg.start + sg.len];
+                cands[sg.session] = decode_top_k(&words[row * k * 2..(row + 1) * k * 2]);
+                let s = &mut sessions[sg.session];
+                s.accept_batch_sampled(tokens);
+                s.cache_mut().commit(sg.len);
+            }
+            return Ok(());
+        }
         for (k, sg) in segs.iter().enumerate() {
             let s = &mut sessions[sg.session];
             let tokens = &lists[sg.session][sg.start..sg.start + sg.len];

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::batch::BatchRunner;
+use super::sampler::Sampler;
 use super::session::{Session, SessionOptions};
 use crate::error::{ModelError, Result};
 use crate::formats::gguf::GgufFile;
@@ -191,6 +192,44 @@ impl Model {
                 .try_for_each(|(s, &t)| s.decode(t));
         }
         self.per_replica(sessions, tokens, |b, ss, ts| b.decode(ss, ts))
+    }
+
+    /// Evaluates `tokens[i]` after what `sessions[i]` holds for every
+    /// session, as [`Self::decode_batch`], and draws each one's next token
+    /// with `samplers[i]` (see [`BatchRunner::decode_sample`]): where the
+    /// samplers' chains need only the best few logits of each row, the
+    /// device selects them and the rows never cross the bus (then
+    /// [`Session::logits`] is empty until the session's next evaluation).
+    /// The tokens are those [`Sampler::sample`] draws from the whole rows.
+    ///
+    /// # Errors
+    /// As [`Self::decode_batch`]; a sampler count other than the session count.
+    pub fn decode_batch_sample(
+        &self,
+        sessions: &mut [&mut Session],
+        tokens: &[u32],
+        samplers: &mut [&mut Sampler],
+    ) -> Result<Vec<u32>> {
+        if sessions.len() != tokens.len() || samplers.len() != sessions.len() {
+            return Err(ModelError::invalid(
+                "tokens",
+                format!(
+                    "{} tokens and {} samplers for {} sessions",
+                    tokens.len(),
+                    samplers.len(),
+                    sessions.len()
+                ),
+            ));
+        }
+        if self.weights.stages().is_none() && self.replicas.len() <= 1 {
+            return self.with_batch(0, |b| b.decode_sample(sessions, tokens, samplers));
+        }
+        self.decode_batch(sessions, tokens)?;
+        Ok(samplers
+            .iter_mut()
+            .zip(sessions.iter())
+            .map(|(sm, s)| sm.sample(s.logits()))
+            .collect())
     }
 
     /// Evaluates `prompts[i]` after what `sessions[i]` holds, the prompts

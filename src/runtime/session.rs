@@ -57,6 +57,10 @@ pub struct Session {
     /// of the runner's readback buffer, read in place (while the session
     /// holds it, the runner writes its next steps elsewhere).
     lent: Option<HostRows<f32>>,
+    /// The last step's logits stayed on the device: a batched step drew
+    /// this session's token from its best logits only
+    /// ([`crate::runtime::Model::decode_batch_sample`]).
+    sampled: bool,
     n_batch: usize,
     /// Staging of caller-given input rows of one forward call (made on
     /// first use, `n_batch` rows of `n_embd`).
@@ -121,6 +125,7 @@ impl Session {
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
             lent: None,
+            sampled: false,
             model,
             cache,
             scratch,
@@ -163,8 +168,14 @@ impl Session {
         &self.tokens
     }
 
-    /// Logits of the last position evaluated (`n_vocab` floats).
+    /// Logits of the last position evaluated (`n_vocab` floats); empty
+    /// after a batched step that sampled on the device
+    /// ([`crate::runtime::Model::decode_batch_sample`]), whose logits were
+    /// never read back.
     pub fn logits(&self) -> &[f32] {
+        if self.sampled {
+            return &[];
+        }
         if let Some(v) = self.lent.as_ref().and_then(|l| l.as_slice().ok()) {
             return v;
         }
@@ -208,6 +219,7 @@ impl Session {
             tokens: self.tokens.clone(),
             logits: self.logits.clone(),
             lent: self.lent.clone(),
+            sampled: self.sampled,
             n_batch: self.n_batch,
             embed_rows: None,
             split,
@@ -232,6 +244,7 @@ impl Session {
         // logits: one copy of the row.
         read_logit_row(self.model.as_ref(), s, row, &mut self.logits)?;
         self.lent = None;
+        self.sampled = false;
         self.tokens.extend_from_slice(tokens);
         Ok(())
     }
@@ -240,6 +253,15 @@ impl Session {
     /// them, read in place until this session's next evaluation.
     pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: HostRows<f32>) {
         self.lent = Some(logits);
+        self.sampled = false;
+        self.tokens.extend_from_slice(tokens);
+    }
+
+    /// Takes the outcome of a batched decode step that sampled on the
+    /// device: `tokens` were evaluated, their logits not read back.
+    pub(crate) fn accept_batch_sampled(&mut self, tokens: &[u32]) {
+        self.lent = None;
+        self.sampled = true;
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -319,7 +341,8 @@ impl Session {
         let spans = self.check_spans(tokens.len(), rows)?;
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
-        let saved = if multi {
+        let was_sampled = self.sampled;
+        let saved = if multi && !was_sampled {
             self.logits().to_vec()
         } else {
             Vec::new()
@@ -333,8 +356,11 @@ impl Session {
                 // page pool runs out part way through a long one).
                 if multi {
                     let _ = self.rewind(start);
-                    self.logits = saved;
+                    if !was_sampled {
+                        self.logits = saved;
+                    }
                     self.lent = None;
+                    self.sampled = was_sampled;
                 }
                 return Err(e);
             }
@@ -482,6 +508,7 @@ impl Session {
         self.logits = logits;
         done?;
         self.lent = None;
+        self.sampled = false;
         self.commit(n);
         self.tokens.extend_from_slice(chunk);
         Ok(())
@@ -548,6 +575,7 @@ impl Session {
                 .ok_or_else(|| ModelError::Internal("split without a last stage".into()))?;
             read_logit_row(self.model.as_ref(), scratch, 0, &mut self.logits)?;
             self.lent = None;
+            self.sampled = false;
             self.commit(1);
             self.tokens.push(token);
             return Ok(());
@@ -569,6 +597,7 @@ impl Session {
         step.submit_and_wait()?;
         read_logit_row(self.model.as_ref(), &self.scratch, 0, &mut self.logits)?;
         self.lent = None;
+        self.sampled = false;
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())

@@ -23,6 +23,7 @@ use crate::ops::kv_store::{KvAttention, LayerCall};
 use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSums, matvec_q8};
 use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall};
 use crate::ops::rope::{Rope, RopeCall};
+use crate::ops::topk::TopKCall;
 use crate::ops::{AnyMat, Mat};
 use crate::quant::QuantWeight;
 
@@ -547,6 +548,49 @@ impl<'r, 'a> Forward<'r, 'a> {
         out_row: usize,
         host: &Arc<Buffer>,
     ) -> Result<()> {
+        self.head_logits(head, first, out_row)?;
+        let row = (self.ws.shape.n_vocab * 4) as u64;
+        let at = out_row as u64 * row;
+        let copy = CopyCall {
+            src: &self.ws.logits,
+            src_offset: at,
+            dst: host,
+            dst_offset: at,
+            bytes: self.n as u64 * row,
+        };
+        self.kernels().copy(self.rec, &copy)
+    }
+
+    /// Records the output head for this call's rows of the residual (from
+    /// row 0) into `ws.logits`, and the `k` best logits of each row with
+    /// their indices into `out` (`ops::topk`; `scratch` holds the first
+    /// pass's lists): what a sampler needs, without the rows leaving the
+    /// device.
+    ///
+    /// # Errors
+    /// Rows beyond the workspace, k out of range, buffers too small, shapes
+    /// the kernels do not support.
+    pub fn logits_top_k(
+        &mut self,
+        head: &OutputHead<'_>,
+        k: usize,
+        scratch: &Arc<Buffer>,
+        out: &Arc<Buffer>,
+    ) -> Result<()> {
+        self.head_logits(head, 0, 0)?;
+        let logits = Mat::new(&self.ws.logits, self.ws.max_logit_rows, self.ws.shape.n_vocab)
+            .rows_at(0, self.n);
+        let call = TopKCall {
+            logits,
+            k,
+            scratch,
+            out,
+        };
+        self.kernels().top_k(self.rec, &call)
+    }
+
+    /// The output head (and soft-cap) into rows `out_row..` of `ws.logits`.
+    fn head_logits(&mut self, head: &OutputHead<'_>, first: usize, out_row: usize) -> Result<()> {
         let (ws, n) = (self.ws, self.n);
         let (n_embd, n_vocab) = (ws.shape.n_embd, ws.shape.n_vocab);
         if n == 0 || out_row + n > ws.max_logit_rows || first + n > ws.max_tokens {
@@ -579,16 +623,7 @@ impl<'r, 'a> Forward<'r, 'a> {
         if head.softcap > 0.0 {
             self.kernels().softcap(self.rec, logits, head.softcap)?;
         }
-        let row = (n_vocab * 4) as u64;
-        let at = out_row as u64 * row;
-        let copy = CopyCall {
-            src: &ws.logits,
-            src_offset: at,
-            dst: host,
-            dst_offset: at,
-            bytes: n as u64 * row,
-        };
-        self.kernels().copy(self.rec, &copy)
+        Ok(())
     }
 }
 
