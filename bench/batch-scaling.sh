@@ -2,6 +2,7 @@
 # Aggregate decode throughput against batch size, on the GPU machine:
 #
 #   bench/batch-scaling.sh [--combs BIN] [--dir DIR] [-n STEPS] [-r REPS] [--batch B,B,...]
+#                          [--sampler logits|greedy|default]
 #                          [--devices 0,1 [--split-mode replica|layer]] [PRESET:TYPE ...]
 #
 # For each case (default: smollm2-135m:q4_0 llama-1b:q4_0) makes the file
@@ -10,7 +11,10 @@
 # --json` (each sequence holds 16 prompt tokens, then STEPS decode steps of
 # all sequences together are timed) and prints aggregate tokens/s per batch
 # size, its ratio to batch 1, and the plain single-session decode (tg) for
-# comparison. `--devices` passes the devices (and `--split-mode`, default
+# comparison. `--sampler greedy|default` makes each step draw every
+# sequence's next token (`combs bench --batch-sampler`: the best logits
+# selected on the device) instead of reading whole rows of logits for given
+# tokens (`logits`, the default). `--devices` passes the devices (and `--split-mode`, default
 # replica: one model per device, each device's sessions batched at once)
 # to `combs bench`.
 set -euo pipefail
@@ -21,6 +25,7 @@ steps=64
 reps=3
 batches=1,4,16,64,128,256
 devices=()
+sampler=logits
 cases=()
 while (($#)); do
     case "$1" in
@@ -29,9 +34,10 @@ while (($#)); do
         -n) steps="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --batch) batches="$2"; shift 2 ;;
+        --sampler) sampler="$2"; shift 2 ;;
         --devices) devices+=(--devices "$2"); shift 2 ;;
         --split-mode) devices+=(--split-mode "$2"); shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) cases+=("$1"); shift ;;
     esac
 done
@@ -46,7 +52,7 @@ for c in "${cases[@]}"; do
     preset="${c%%:*}" type="${c##*:}"
     f="$dir/$preset-$type.gguf"
     [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
-    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch "$batches" ${devices[@]+"${devices[@]}"} --json)")
+    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch "$batches" --batch-sampler "$sampler" ${devices[@]+"${devices[@]}"} --json)")
 done
 python3 - "${rows[@]}" <<'PY'
 import json, sys

@@ -29,9 +29,7 @@ fn model(seed: u64, backend: Backend) -> Arc<dyn GenerativeModel> {
         backend: Some(backend),
         ..Default::default()
     };
-    ModelRegistry::new()
-        .load(&gpu(), &g, &opts)
-        .expect("load")
+    ModelRegistry::new().load(&gpu(), &g, &opts).expect("load")
 }
 
 fn sessions(model: &Arc<dyn GenerativeModel>, n: usize) -> Vec<Session> {
@@ -164,4 +162,43 @@ fn whole_row_chains_read_the_logits() {
         ..Default::default()
     });
     check(Backend::Vulkan, &c, false, 4);
+}
+
+/// One session's own step (`Session::decode_sample`, a contiguous cache)
+/// draws what `decode` and `Sampler::sample` on the row draw.
+#[test]
+fn session_sampling_draws_as_the_host() {
+    let mut rng = Rng::fresh("session_sample");
+    for backend in [Backend::Vulkan, Backend::Host] {
+        let m = model(rng.next_u64(), backend);
+        let n_vocab = m.spec().n_vocab;
+        let prompt: Vec<u32> = (0..5).map(|_| rng.below(n_vocab) as u32).collect();
+        for chain in chains() {
+            let mut runs = Vec::new();
+            for device in [false, true] {
+                let opts = SessionOptions {
+                    n_ctx: 64,
+                    ..Default::default()
+                };
+                let mut s = Session::new(m.clone(), &opts).expect("session");
+                let mut sm = Sampler::new(chain.clone()).expect("sampler");
+                s.prefill(&prompt).expect("prefill");
+                let mut t = sm.sample(s.logits());
+                let mut drawn = vec![t];
+                for _ in 0..10 {
+                    t = if device {
+                        let t = s.decode_sample(t, &mut sm).expect("decode and sample");
+                        assert!(s.logits().is_empty(), "{backend:?}: logits read back");
+                        t
+                    } else {
+                        s.decode(t).expect("decode");
+                        sm.sample(s.logits())
+                    };
+                    drawn.push(t);
+                }
+                runs.push(drawn);
+            }
+            assert_eq!(runs[0], runs[1], "{backend:?} {chain:?}");
+        }
+    }
 }

@@ -20,6 +20,9 @@ const WG: usize = 256;
 const PER: usize = 16;
 /// Values one workgroup of the first pass takes.
 pub const TOP_K_CHUNK: usize = WG * PER;
+/// Candidates a sampling step selects are rounded up to a multiple of this
+/// (fewer recorded steps; more candidates than a sampler needs are as exact).
+pub const TOP_K_STEP: usize = 16;
 /// The index of an entry past a row's last candidate.
 pub const TOP_K_NONE: u32 = u32::MAX;
 

@@ -17,7 +17,7 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, LentBuffer, MemoryKind, Recording};
 use crate::kv::{PagePool, PagedBatchView};
 use crate::models::{GenerativeModel, Scratch};
-use crate::ops::topk::{MAX_TOP_K, decode_top_k, top_k_scratch_bytes};
+use crate::ops::topk::{MAX_TOP_K, TOP_K_STEP, decode_top_k, top_k_scratch_bytes};
 
 /// Most tokens one batched forward pass carries (longer prompts are split).
 const MAX_PASS_TOKENS: usize = 512;
@@ -34,10 +34,6 @@ struct Segment {
 /// sessions step together; a third covers a session that sat out a step.
 /// Past that, logits are copied into the sessions.
 const MAX_SLABS: usize = 3;
-
-/// Candidates a sampling step selects per sequence are rounded up to a
-/// multiple of this (fewer recorded steps; more candidates are as exact).
-const TOP_K_STEP: usize = 16;
 
 /// The buffers of sampling steps' top-k: the first pass's lists on the
 /// device and the candidates the host reads, for up to `rows` sequences of
@@ -160,8 +156,9 @@ impl BatchRunner {
     /// chain, [`Sampler::candidates_needed`]), the device selects them and
     /// only those cross to the host: each session's logits are then not
     /// available ([`Session::logits`] is empty until its next evaluation).
-    /// Otherwise (or for one session) the whole rows are read and sampled
-    /// as [`Sampler::sample`] does. Either way the tokens are the same.
+    /// Otherwise the whole rows are read and sampled as [`Sampler::sample`]
+    /// does. Either way the tokens are the same. One session takes its own
+    /// step ([`Session::decode_sample`]).
     ///
     /// # Errors
     /// As [`Self::decode`]; a sampler count other than the session count.
@@ -174,7 +171,11 @@ impl BatchRunner {
         if samplers.len() != sessions.len() {
             return Err(ModelError::invalid(
                 "samplers",
-                format!("{} samplers for {} sessions", samplers.len(), sessions.len()),
+                format!(
+                    "{} samplers for {} sessions",
+                    samplers.len(),
+                    sessions.len()
+                ),
             ));
         }
         let k = samplers
@@ -184,8 +185,12 @@ impl BatchRunner {
             .and_then(|v| v.into_iter().max())
             .map(|k| k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K).max(k))
             .filter(|&k| k <= MAX_TOP_K);
+        if let ([s], [t], [sm]) = (&mut *sessions, tokens, &mut *samplers) {
+            self.check(std::slice::from_ref(s), &[std::slice::from_ref(t)])?;
+            return Ok(vec![s.decode_sample(*t, sm)?]);
+        }
         match k {
-            Some(k) if sessions.len() > 1 && self.model.selects_logits() => {
+            Some(k) if self.model.selects_logits() => {
                 if sessions.len() != tokens.len() {
                     return Err(ModelError::invalid(
                         "tokens",

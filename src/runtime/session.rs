@@ -11,7 +11,9 @@ use crate::gpu::{Buffer, HostRows, MemoryKind, Recording};
 use crate::kv::{CacheConfig, CacheKind, KVCache, PageStats};
 use crate::models::{EmbedRows, GenerativeModel, RowCopy, Scratch};
 
+use super::sampler::Sampler;
 use super::stages::Stages;
+use crate::ops::topk::{MAX_TOP_K, TOP_K_STEP, decode_top_k, top_k_scratch_bytes};
 
 /// Options of a session (the C API's `combs_session_options`).
 #[derive(Clone, Debug)]
@@ -45,12 +47,22 @@ impl Default for SessionOptions {
     }
 }
 
+/// A recorded decode step that ends in the top-k of its logits.
+struct SampleStep {
+    k: usize,
+    rec: Recording,
+    out: Arc<Buffer>,
+}
+
 /// One sequence being evaluated on a model.
 pub struct Session {
     model: Arc<dyn GenerativeModel>,
     cache: Box<dyn KVCache>,
     scratch: Scratch,
     decode_step: Option<Recording>,
+    /// The decode step ending in the top-k of its logits (`decode_sample`),
+    /// with the k it selects and its buffers (lists, candidates).
+    sample_step: Option<SampleStep>,
     tokens: Vec<u32>,
     logits: Vec<f32>,
     /// Where the logits are instead of `logits` after a batched step: a row
@@ -130,6 +142,7 @@ impl Session {
             cache,
             scratch,
             decode_step: None,
+            sample_step: None,
             tokens: Vec::new(),
             n_batch,
             embed_rows: None,
@@ -216,6 +229,7 @@ impl Session {
             cache: self.cache.fork()?,
             scratch,
             decode_step: None,
+            sample_step: None,
             tokens: self.tokens.clone(),
             logits: self.logits.clone(),
             lent: self.lent.clone(),
@@ -557,6 +571,68 @@ impl Session {
             let _ = model.record_logits(&mut survey, &self.scratch, m - 1, 1, 0);
         }
         let _ = survey.create_surveyed_pipelines();
+    }
+
+    /// Evaluates one token and draws the next with `sampler` (which
+    /// remembers it). Where the sampler's draw depends only on the best few
+    /// logits ([`Sampler::candidates_needed`]), the device selects them and
+    /// only those are read: [`Self::logits`] is then empty until the next
+    /// evaluation. Otherwise the row is read and sampled as
+    /// [`Sampler::sample`] does; the token is the same either way.
+    ///
+    /// # Errors
+    /// As [`Self::decode`].
+    pub fn decode_sample(&mut self, token: u32, sampler: &mut Sampler) -> Result<u32> {
+        let k = sampler
+            .candidates_needed()
+            .map(|k| k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K).max(k))
+            .filter(|&k| k <= MAX_TOP_K);
+        let Some(k) = k.filter(|_| self.split.is_none() && self.model.selects_logits()) else {
+            self.decode(token)?;
+            return Ok(sampler.sample(self.logits()));
+        };
+        self.check_tokens(&[token])?;
+        let pos = self.tokens.len();
+        self.reserve(1)?;
+        self.write_inputs(&[token], pos)?;
+        if self.sample_step.as_ref().is_none_or(|st| st.k != k) {
+            self.sample_step = None;
+            self.prepare_pipelines(1);
+            let ctx = self.model.context().clone();
+            let n_vocab = self.model.spec().n_vocab;
+            let lists = Buffer::new(
+                &ctx,
+                top_k_scratch_bytes(1, n_vocab, k),
+                MemoryKind::Device,
+                "top-k lists",
+            )?;
+            let out = Buffer::new(
+                &ctx,
+                (k * 8) as u64,
+                MemoryKind::Readback,
+                "top-k candidates",
+            )?;
+            let mut rec = Recording::new(&ctx, false)?;
+            self.model.record_embed(&mut rec, &self.scratch, 1)?;
+            self.model
+                .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
+            self.model
+                .record_logits_top_k(&mut rec, &self.scratch, 1, k, &lists, &out)?;
+            rec.finish()?;
+            self.sample_step = Some(SampleStep { k, rec, out });
+        }
+        let step = self
+            .sample_step
+            .as_mut()
+            .ok_or_else(|| ModelError::Internal("sample step missing".into()))?;
+        step.rec.submit_and_wait()?;
+        let mut words = vec![0u32; k * 2];
+        step.out.read_slice(0, &mut words)?;
+        self.lent = None;
+        self.sampled = true;
+        self.cache.commit(1);
+        self.tokens.push(token);
+        Ok(sampler.sample_candidates(&decode_top_k(&words)))
     }
 
     /// Evaluates one token (a replay of the recorded decode step).

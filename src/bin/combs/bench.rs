@@ -41,9 +41,43 @@ pub struct BenchArgs {
     /// sizes), reporting aggregate tokens/s for `-n` steps.
     #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
+    /// What each batched step ends with: `logits` (every sequence's row
+    /// read back, tokens given), `greedy` or `default` (each sequence's
+    /// next token drawn by a sampler of those options, the way a server
+    /// generates: on the device where the chain allows).
+    #[arg(long, default_value = "logits", value_parser = parse_batch_sampler)]
+    batch_sampler: BatchSampler,
     /// How the host waits for the GPU: `poll` or `block` (default: combs' choice).
     #[arg(long, value_parser = parse_wait)]
     wait: Option<WaitMode>,
+}
+
+/// How `--batch` steps end (`--batch-sampler`).
+#[derive(Clone, Debug)]
+pub struct BatchSampler {
+    /// The name given.
+    pub name: &'static str,
+    /// The sampler of each sequence, or none: logits read back.
+    pub options: Option<combs::runtime::SamplerOptions>,
+}
+
+fn parse_batch_sampler(s: &str) -> Result<BatchSampler, String> {
+    use combs::runtime::SamplerOptions;
+    match s {
+        "logits" => Ok(BatchSampler {
+            name: "logits",
+            options: None,
+        }),
+        "greedy" => Ok(BatchSampler {
+            name: "greedy",
+            options: Some(SamplerOptions::greedy()),
+        }),
+        "default" => Ok(BatchSampler {
+            name: "default",
+            options: Some(SamplerOptions::default()),
+        }),
+        _ => Err(format!("`{s}`: expected logits, greedy or default")),
+    }
 }
 
 fn parse_wait(s: &str) -> Result<WaitMode, String> {
@@ -175,6 +209,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_gen,
             args.reps,
             args.profile,
+            args.batch_sampler.options.as_ref(),
             |n, seed| tokens_seeded(n, spec.n_vocab, seed + 1),
         )?
     };
@@ -221,8 +256,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             .map(|b| {
                 let (med, sd) = stats(&b.samples);
                 format!(
-                    "{{\"batch\":{},\"n\":{},\"tps\":{med:.2},\"sd\":{sd:.2},\"samples\":{:?}}}",
-                    b.batch, args.n_gen, b.samples
+                    "{{\"batch\":{},\"n\":{},\"sampler\":\"{}\",\"tps\":{med:.2},\"sd\":{sd:.2},\"samples\":{:?}}}",
+                    b.batch, args.n_gen, args.batch_sampler.name, b.samples
                 )
             })
             .collect();

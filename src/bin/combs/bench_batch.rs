@@ -2,13 +2,15 @@
 //! sequences advanced together (`Model::decode_batch`, one forward pass per
 //! step for all B). Each sequence holds a short prompt (evaluated in one
 //! batched prefill, not timed); then `-n` steps of all B are timed, after a
-//! warm-up, and repeated. With `--profile`, one more step of each batch
-//! size is recorded with GPU timestamps.
+//! warm-up, and repeated. With `--batch-sampler greedy|default` each step
+//! draws the next tokens (`Model::decode_batch_sample`) instead of reading
+//! every row of logits for given tokens. With `--profile`, one more step of
+//! each batch size is recorded with GPU timestamps.
 
 use std::time::Instant;
 
 use combs::kv::CacheKind;
-use combs::runtime::{BatchRunner, Model, Session, SessionOptions};
+use combs::runtime::{BatchRunner, Model, Sampler, SamplerOptions, Session, SessionOptions};
 
 use crate::CliError;
 
@@ -37,6 +39,7 @@ pub fn run(
     n_gen: usize,
     reps: usize,
     profile: bool,
+    sampler: Option<&SamplerOptions>,
     tokens: impl Fn(usize, u64) -> Vec<u32>,
 ) -> Result<Vec<BatchResult>, CliError> {
     let largest = sizes.iter().copied().max().unwrap_or(1);
@@ -68,11 +71,33 @@ pub fn run(
                 s.rewind(BATCH_PROMPT)?;
             }
             let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-            let t0 = Instant::now();
-            for step in &steps {
-                model.decode_batch(&mut refs, step)?;
-            }
-            let dt = t0.elapsed().as_secs_f64();
+            let dt = match sampler {
+                None => {
+                    let t0 = Instant::now();
+                    for step in &steps {
+                        model.decode_batch(&mut refs, step)?;
+                    }
+                    t0.elapsed().as_secs_f64()
+                }
+                Some(o) => {
+                    // Each sequence's own seed, as a server's would be.
+                    let mut samplers: Vec<Sampler> = (0..b)
+                        .map(|i| {
+                            Sampler::new(SamplerOptions {
+                                seed: o.seed.wrapping_add(i as u64),
+                                ..o.clone()
+                            })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    let mut srefs: Vec<&mut Sampler> = samplers.iter_mut().collect();
+                    let mut next = steps[0].clone();
+                    let t0 = Instant::now();
+                    for _ in 0..n_gen {
+                        next = model.decode_batch_sample(&mut refs, &next, &mut srefs)?;
+                    }
+                    t0.elapsed().as_secs_f64()
+                }
+            };
             if rep > 0 {
                 samples.push((b * n_gen) as f64 / dt);
             }

@@ -578,8 +578,12 @@ impl<'r, 'a> Forward<'r, 'a> {
         out: &Arc<Buffer>,
     ) -> Result<()> {
         self.head_logits(head, 0, 0)?;
-        let logits = Mat::new(&self.ws.logits, self.ws.max_logit_rows, self.ws.shape.n_vocab)
-            .rows_at(0, self.n);
+        let logits = Mat::new(
+            &self.ws.logits,
+            self.ws.max_logit_rows,
+            self.ws.shape.n_vocab,
+        )
+        .rows_at(0, self.n);
         let call = TopKCall {
             logits,
             k,
