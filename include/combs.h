@@ -562,6 +562,27 @@ enum combs_status combs_session_prefill(struct combs_session *s,
                                         const combs_token *tokens,
                                         size_t n);
 
+// Evaluates token `t` after those the session holds and draws the next
+// token with sampler `smp` into `*out` (the sampler remembers it, as
+// `combs_sampler_sample` does). When the sampler's chain depends only on
+// the best few logits (greedy, or a top_k > 0 without a repeat penalty
+// below 1), the device selects them and the row of logits is not read
+// back: `combs_session_logits` then fails until the session's next
+// evaluation. Otherwise the row is read and sampled on the host. The token
+// is the one `combs_session_decode` + `combs_sampler_sample` would give.
+//
+// # Errors
+// As `combs_session_decode`; also `COMBS_ERR_INVALID_ARGUMENT` for a NULL
+// `smp` or `out` (the session is unchanged then).
+//
+// # Safety
+// `s` is NULL or a live session, `smp` NULL or a live sampler, both used by
+// no other thread; `out` is NULL or valid for one write.
+enum combs_status combs_session_decode_sample(struct combs_session *s,
+                                              combs_token t,
+                                              struct combs_sampler *smp,
+                                              combs_token *out);
+
 // Evaluates one token (the one just sampled) after those the session holds.
 //
 // # Errors
@@ -882,6 +903,33 @@ enum combs_status combs_batch_decode(struct combs_model *m,
                                      struct combs_session *const *sessions,
                                      const combs_token *tokens,
                                      size_t n);
+
+// `combs_batch_decode`, then draws each session's next token with
+// `samplers[i]` into `out[i]` (each sampler remembers its token, as
+// `combs_sampler_sample` does). When every sampler's chain depends only on
+// the best few logits (greedy, or a top_k > 0 without a repeat penalty
+// below 1), the device selects them and the rows of logits are not read
+// back (for 64 sequences of a 128k vocabulary, 32 MB a step):
+// `combs_session_logits` then fails for these sessions until their next
+// evaluation. Otherwise the rows are read and sampled on the host. The
+// tokens are those `combs_batch_decode` + `combs_sampler_sample` would
+// give. Each sampler may be listed once. `out` may be `tokens` (a loop
+// feeding each step's draws to the next).
+//
+// # Errors
+// As `combs_batch_decode`; also `COMBS_ERR_INVALID_ARGUMENT` for NULL
+// `samplers` or `out` with `n` > 0, a NULL sampler or one listed twice
+// (nothing is evaluated then).
+//
+// # Safety
+// As `combs_batch_decode`; `samplers` is valid for `n` reads, each sampler
+// NULL or live and used by no other thread; `out` is valid for `n` writes.
+enum combs_status combs_batch_decode_sample(struct combs_model *m,
+                                            struct combs_session *const *sessions,
+                                            struct combs_sampler *const *samplers,
+                                            const combs_token *tokens,
+                                            size_t n,
+                                            combs_token *out);
 
 // Evaluates prompt `i` (`n_tokens[i]` tokens at `tokens[i]`) after what
 // `sessions[i]` holds, for `n` paged sessions of model `m`, packing the

@@ -535,6 +535,121 @@ fn ffi_batch_decode_validates_its_arguments() {
     }
 }
 
+/// `combs_session_decode_sample` and `combs_batch_decode_sample` refuse
+/// NULL and repeated arguments before evaluating anything, and after a step
+/// sampled on the device `combs_session_logits` says why it has no row.
+#[test]
+fn ffi_decode_sample_validates_its_arguments() {
+    let l = Loaded::new();
+    let mut opts = combs_session_default_options();
+    opts.n_ctx = 32;
+    opts.kv_kind = combs_kv_kind::COMBS_KV_PAGED;
+    opts.page_size = 8;
+    let (mut p, mut q) = (ptr::null_mut(), ptr::null_mut());
+    let (a, b) = (greedy(), greedy());
+    let mut out = [0 as combs_token; 2];
+    // SAFETY: live model, sessions and samplers; arrays hold n elements.
+    unsafe {
+        ok(combs_session_create(l.m, &opts, &mut p));
+        ok(combs_session_create(l.m, &opts, &mut q));
+        expect(
+            combs_session_decode_sample(p, 1, ptr::null_mut(), out.as_mut_ptr()),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["combs_session_decode_sample", "`smp`"],
+        );
+        expect(
+            combs_session_decode_sample(p, 1, a, ptr::null_mut()),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["`out`"],
+        );
+        expect(
+            combs_session_decode_sample(ptr::null_mut(), 1, a, out.as_mut_ptr()),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["`s`"],
+        );
+        assert_eq!(combs_session_len(p), 0);
+        let sessions = [p, q];
+        let toks = [1, 2];
+        ok(combs_batch_decode_sample(
+            l.m,
+            ptr::null(),
+            ptr::null(),
+            ptr::null(),
+            0,
+            ptr::null_mut(),
+        ));
+        expect(
+            combs_batch_decode_sample(
+                l.m,
+                sessions.as_ptr(),
+                [a, a].as_ptr(),
+                toks.as_ptr(),
+                2,
+                out.as_mut_ptr(),
+            ),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["samplers[1] is listed twice"],
+        );
+        expect(
+            combs_batch_decode_sample(
+                l.m,
+                sessions.as_ptr(),
+                [a, ptr::null_mut()].as_ptr(),
+                toks.as_ptr(),
+                2,
+                out.as_mut_ptr(),
+            ),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["samplers[1] is NULL"],
+        );
+        expect(
+            combs_batch_decode_sample(
+                l.m,
+                sessions.as_ptr(),
+                [a, b].as_ptr(),
+                toks.as_ptr(),
+                2,
+                ptr::null_mut(),
+            ),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["`out`"],
+        );
+        expect(
+            combs_batch_decode_sample(
+                l.m,
+                sessions.as_ptr(),
+                ptr::null(),
+                toks.as_ptr(),
+                2,
+                out.as_mut_ptr(),
+            ),
+            COMBS_ERR_INVALID_ARGUMENT,
+            &["`samplers`"],
+        );
+        assert_eq!((combs_session_len(p), combs_session_len(q)), (0, 0));
+        ok(combs_batch_decode_sample(
+            l.m,
+            sessions.as_ptr(),
+            [a, b].as_ptr(),
+            toks.as_ptr(),
+            2,
+            out.as_mut_ptr(),
+        ));
+        assert_eq!((combs_session_len(p), combs_session_len(q)), (1, 1));
+        let n_vocab = l.n_vocab() as combs_token;
+        assert!(out.iter().all(|&t| (0..n_vocab).contains(&t)), "{out:?}");
+        assert!(combs_session_logits(p).is_null());
+        assert!(last_error().contains("sampled on the device"));
+        // A plain step brings the logits back.
+        ok(combs_session_decode(p, out[0]));
+        assert!(!combs_session_logits(p).is_null());
+        combs_sampler_free(a);
+        combs_sampler_free(b);
+        combs_session_free(q);
+        combs_session_free(p);
+    }
+}
+
 #[test]
 fn ffi_last_error_is_per_thread() {
     // SAFETY: NULL out is refused.

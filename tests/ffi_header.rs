@@ -57,6 +57,11 @@ const CONTRACT: &[&str] = &[
                             combs_token_callback cb, void *user_data);",
     "combs_status combs_batch_decode(combs_model *m, combs_session *const *sessions,
                                 const combs_token *tokens, size_t n);",
+    "combs_status combs_session_decode_sample(combs_session *s, combs_token t, combs_sampler *smp,
+                                         combs_token *out);",
+    "combs_status combs_batch_decode_sample(combs_model *m, combs_session *const *sessions,
+                                       combs_sampler *const *samplers, const combs_token *tokens,
+                                       size_t n, combs_token *out);",
 ];
 
 /// Option structs: the contract's fields, which must open the struct in this order.

@@ -2,8 +2,11 @@
  * generation of two prompts, each alone, then interleaved step by step on
  * two sessions, then on two threads at once (one session each), then on two
  * paged sessions advanced together by combs_batch_decode (one forward pass
- * per step for both): every run must give the same tokens. The model handle
- * is freed before the sessions (they keep it alive).
+ * per step for both), then with the next tokens drawn on the device
+ * (combs_session_decode_sample alone, combs_batch_decode_sample together;
+ * their logits are not read back, so combs_session_logits must fail): every
+ * run must give the same tokens. The model handle is freed before the
+ * sessions (they keep it alive).
  *
  *   sessions MODEL.gguf [N_TOKENS] */
 #define _POSIX_C_SOURCE 200809L
@@ -111,7 +114,7 @@ int main(int argc, char **argv) {
 
     /* Each prompt alone. Greedy decoding never samples an end token here
      * (it would be recorded like any other token). */
-    struct run alone[2], inter[2], thr[2], bat[2];
+    struct run alone[2], inter[2], thr[2], bat[2], dev[2], devbat[2];
     for (int i = 0; i < 2; i++) {
         alone[i] = (struct run){.model = model, .prompt = PROMPTS[i], .n = n};
         CHECK(start(&alone[i]));
@@ -151,6 +154,38 @@ int main(int argc, char **argv) {
         CHECK(combs_batch_decode(model, ss, ts, 2));
     }
 
+    /* Each alone, the next token drawn with the step (on the device). */
+    for (int i = 0; i < 2; i++) {
+        dev[i] = (struct run){.model = model, .prompt = PROMPTS[i], .n = n};
+        CHECK(start(&dev[i]));
+        combs_token t = combs_sampler_sample(dev[i].sampler, combs_session_logits(dev[i].session), n_vocab);
+        for (int k = 0; k < n; k++) {
+            dev[i].out[dev[i].n_out++] = t;
+            CHECK(combs_session_decode_sample(dev[i].session, t, dev[i].sampler, &t));
+        }
+        if (combs_session_logits(dev[i].session) != NULL) {
+            fprintf(stderr, "combs_session_logits after a step sampled on the device\n");
+            return 1;
+        }
+    }
+
+    /* Batched, the next tokens drawn with the step. */
+    for (int i = 0; i < 2; i++) {
+        devbat[i] = (struct run){.model = model, .prompt = PROMPTS[i], .kv = COMBS_KV_PAGED, .n = n};
+        CHECK(start(&devbat[i]));
+    }
+    {
+        combs_session *ss[2] = {devbat[0].session, devbat[1].session};
+        combs_sampler *sm[2] = {devbat[0].sampler, devbat[1].sampler};
+        combs_token ts[2];
+        for (int i = 0; i < 2; i++)
+            ts[i] = combs_sampler_sample(devbat[i].sampler, combs_session_logits(devbat[i].session), n_vocab);
+        for (int k = 0; k < n; k++) {
+            for (int i = 0; i < 2; i++) devbat[i].out[devbat[i].n_out++] = ts[i];
+            CHECK(combs_batch_decode_sample(model, ss, sm, ts, 2, ts));
+        }
+    }
+
     /* The sessions keep the model alive: free it first, then keep decoding. */
     combs_model_free(model);
     combs_runtime_free(rt);
@@ -167,6 +202,12 @@ int main(int argc, char **argv) {
         ok &= thr[i].status == COMBS_OK && same(what, &alone[i], &thr[i]);
         snprintf(what, sizeof what, "prompt %d batched == alone", i);
         ok &= same(what, &alone[i], &bat[i]);
+        snprintf(what, sizeof what, "prompt %d sampled on the device == alone", i);
+        ok &= same(what, &alone[i], &dev[i]);
+        snprintf(what, sizeof what, "prompt %d batched, sampled on the device == alone", i);
+        ok &= same(what, &alone[i], &devbat[i]);
+        finish(&dev[i]);
+        finish(&devbat[i]);
         finish(&inter[i]);
         finish(&thr[i]);
         finish(&bat[i]);

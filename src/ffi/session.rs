@@ -10,6 +10,7 @@ use super::args::{
 use super::combs_token;
 use super::guard::{Failure, FfiResult, guard, guard_const};
 use super::model::combs_model;
+use super::sampler::combs_sampler;
 use super::status::combs_status;
 use crate::error::ModelError;
 use crate::kv::CacheKind;
@@ -225,6 +226,46 @@ pub unsafe extern "C" fn combs_session_prefill(
     })
 }
 
+/// Evaluates token `t` after those the session holds and draws the next
+/// token with sampler `smp` into `*out` (the sampler remembers it, as
+/// `combs_sampler_sample` does). When the sampler's chain depends only on
+/// the best few logits (greedy, or a top_k > 0 without a repeat penalty
+/// below 1), the device selects them and the row of logits is not read
+/// back: `combs_session_logits` then fails until the session's next
+/// evaluation. Otherwise the row is read and sampled on the host. The token
+/// is the one `combs_session_decode` + `combs_sampler_sample` would give.
+///
+/// # Errors
+/// As `combs_session_decode`; also `COMBS_ERR_INVALID_ARGUMENT` for a NULL
+/// `smp` or `out` (the session is unchanged then).
+///
+/// # Safety
+/// `s` is NULL or a live session, `smp` NULL or a live sampler, both used by
+/// no other thread; `out` is NULL or valid for one write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn combs_session_decode_sample(
+    s: *mut combs_session,
+    t: combs_token,
+    smp: *mut combs_sampler,
+    out: *mut combs_token,
+) -> combs_status {
+    guard("combs_session_decode_sample", || {
+        // SAFETY: per this function's contract.
+        let s = unsafe { handle_mut(s, "s") }?;
+        // SAFETY: per this function's contract.
+        let smp = unsafe { handle_mut(smp, "smp") }?;
+        if out.is_null() {
+            return Err(invalid("out", "is NULL"));
+        }
+        let id = token(t, s.model.spec().n_vocab)?;
+        let r = s.session.decode_sample(id, &mut smp.sampler);
+        let next = s.after_eval(r)?;
+        // SAFETY: non-NULL and valid for one write per the contract.
+        unsafe { out.write(next as combs_token) };
+        Ok(())
+    })
+}
+
 /// Evaluates one token (the one just sampled) after those the session holds.
 ///
 /// # Errors
@@ -272,7 +313,15 @@ pub unsafe extern "C" fn combs_session_logits(s: *const combs_session) -> *const
                     "the session has no logits: nothing was evaluated since it was created or rewound",
                 ));
             }
-            Ok(s.session.logits().as_ptr())
+            let logits = s.session.logits();
+            if logits.is_empty() {
+                return Err(failure(
+                    combs_status::COMBS_ERR_INVALID_ARGUMENT,
+                    "the session's last step sampled on the device (combs_session_decode_sample \
+                     or combs_batch_decode_sample): its logits were not read back",
+                ));
+            }
+            Ok(logits.as_ptr())
         })
     }
 }
