@@ -185,6 +185,57 @@ pub fn top_k_ref(row: &[f32], k: usize) -> Vec<(u32, f32)> {
     c
 }
 
+/// An entry of [`top_k_host`]'s heap, ordered worst first: the smaller
+/// value, then the larger index.
+#[derive(Clone, Copy, PartialEq)]
+struct Worst(f32, u32);
+
+impl Eq for Worst {}
+
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // NaN never enters the heap.
+        other
+            .0
+            .partial_cmp(&self.0)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(self.1.cmp(&other.1))
+    }
+}
+
+/// [`top_k_ref`] in one pass over the row with a heap of k entries: for
+/// k much smaller than the row (a sampler's top-k of a vocabulary), most
+/// values cost one comparison with the k-th best so far.
+pub fn top_k_host(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    for (i, &v) in row.iter().enumerate() {
+        if v.is_nan() {
+            continue;
+        }
+        if heap.len() < k {
+            heap.push(Worst(v, i as u32));
+        } else if let Some(mut worst) = heap.peek_mut() {
+            // Indices grow: an equal value later in the row ranks behind.
+            if v > worst.0 {
+                *worst = Worst(v, i as u32);
+            }
+        }
+    }
+    heap.into_sorted_vec()
+        .into_iter()
+        .map(|w| (w.1, w.0))
+        .collect()
+}
+
 /// Writes `list` as `k` output entries (two u32 each), empty ones after it.
 pub fn encode_top_k(list: &[(u32, f32)], k: usize, out: &mut [u32]) {
     for (j, e) in out.chunks_exact_mut(2).take(k).enumerate() {

@@ -5,7 +5,7 @@
 
 use super::rng::Rng;
 use crate::error::{ModelError, Result};
-use crate::ops::topk::ranks_before;
+use crate::ops::topk::{ranks_before, top_k_host};
 
 /// Sampling parameters (the C API's `combs_sampler_options`).
 #[derive(Clone, Debug, PartialEq)]
@@ -97,17 +97,26 @@ pub struct Sampler {
     recent: Vec<u32>,
 }
 
-/// Index of the largest finite logit (the first on ties); 0 for an empty slice.
+/// Index of the largest logit above -inf (the first on ties, NaN never);
+/// 0 when there is none.
 pub fn argmax(logits: &[f32]) -> usize {
-    let mut best = 0;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best_v = v;
-            best = i;
+    // Two passes the compiler vectorizes: the maximum (a comparison that
+    // NaN fails, so NaN never wins), then its first position.
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let mut chunks = logits.chunks_exact(16);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
         }
     }
-    best
+    let m = acc
+        .iter()
+        .chain(chunks.remainder())
+        .fold(f32::NEG_INFINITY, |a, &v| if v > a { v } else { a });
+    if m == f32::NEG_INFINITY || m.is_nan() {
+        return 0;
+    }
+    logits.iter().position(|&v| v == m).unwrap_or(0)
 }
 
 impl Sampler {
@@ -177,14 +186,18 @@ impl Sampler {
         }
     }
 
-    fn penalized(&self, logits: &[f32]) -> Vec<f32> {
+    /// The logits after the penalty (borrowed when there is none).
+    fn penalized<'a>(&self, logits: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if !self.penalizes() {
+            return std::borrow::Cow::Borrowed(logits);
+        }
         let mut l = logits.to_vec();
         for t in self.penalty_window() {
             if let Some(v) = l.get_mut(t as usize) {
                 *v = self.penalize(*v);
             }
         }
-        l
+        std::borrow::Cow::Owned(l)
     }
 
     /// How many of the best logits (by value, then lower index) the next
@@ -214,6 +227,10 @@ impl Sampler {
         let l = self.penalized(logits);
         let t = if self.opts.temperature <= 0.0 || l.is_empty() {
             argmax(&l) as u32
+        } else if self.opts.top_k > 0 {
+            // Only the top-k go on: select them in one pass (NaN never is).
+            let cand = top_k_host(&l, self.opts.top_k as usize);
+            self.draw(cand)
         } else {
             // NaN logits are never candidates.
             let cand: Vec<(u32, f32)> = l

@@ -19,7 +19,7 @@ use crate::ops::glu::{GluCall, GluInput};
 use crate::ops::rms_norm::{RmsNormCall, rms_norm_ref};
 use crate::ops::rope::{RopeCall, rope_angles, rope_apply};
 use crate::ops::softcap::softcap_ref;
-use crate::ops::topk::{TopKCall, encode_top_k, top_k_ref};
+use crate::ops::topk::{TopKCall, encode_top_k, top_k_host};
 use crate::ops::{AnyMat, Mat};
 
 /// Records an RMS norm.
@@ -207,7 +207,7 @@ pub(super) fn top_k(rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
         let x = rows.read::<f32>(mem)?;
         let mut o = mem.write::<u32>(&out, 0..rows.rows * k * 2)?;
         for r in 0..rows.rows {
-            let list = top_k_ref(rows.row(&x, r), k);
+            let list = top_k_host(rows.row(&x, r), k);
             encode_top_k(&list, k, &mut o[r * k * 2..(r + 1) * k * 2]);
         }
         Ok(())
