@@ -12,7 +12,7 @@
 # all sequences together are timed) and prints aggregate tokens/s per batch
 # size, its ratio to batch 1, and the plain single-session decode (tg) for
 # comparison. `--sampler greedy|default` makes each step draw every
-# sequence's next token (`combs bench --batch-sampler`: the best logits
+# sequence's next token (`combs bench --sampler`: the best logits
 # selected on the device) instead of reading whole rows of logits for given
 # tokens (`logits`, the default). `--devices` passes the devices (and `--split-mode`, default
 # replica: one model per device, each device's sessions batched at once)
@@ -52,7 +52,7 @@ for c in "${cases[@]}"; do
     preset="${c%%:*}" type="${c##*:}"
     f="$dir/$preset-$type.gguf"
     [[ -f $f ]] || "$combs" synth --preset "$preset" --type "$type" -o "$f" >&2
-    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch "$batches" --batch-sampler "$sampler" ${devices[@]+"${devices[@]}"} --json)")
+    rows+=("$preset|$type|$("$combs" bench -m "$f" -p 0 -n "$steps" -r "$reps" --batch "$batches" --sampler "$sampler" ${devices[@]+"${devices[@]}"} --json)")
 done
 python3 - "${rows[@]}" <<'PY'
 import json, sys

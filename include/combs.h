@@ -863,10 +863,16 @@ enum combs_status combs_sampler_reset(struct combs_sampler *smp);
 // false, generation stops and that token is not evaluated (the session ends
 // with the token before it). The tokens of the prompt are not shown to the
 // sampler's repetition penalty; use `combs_sampler_accept` for that.
+// Each step draws the next token as `combs_session_decode_sample` does (on
+// the device when the chain needs only the best logits), so after a stop
+// at an end token or by `cb` the session's logits may not have been read
+// back (`combs_session_logits` says so); another `combs_generate` with a
+// sampler of the same top_k continues from the step's kept candidates.
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `s` or `smp`, a session without
-// logits), `COMBS_ERR_CONTEXT_FULL` (the context filled up: every token
+// logits, a session whose last step sampled on the device with a sampler
+// that needs more of the row than it kept), `COMBS_ERR_CONTEXT_FULL` (the context filled up: every token
 // made so far was passed to `cb`, the last one was not evaluated),
 // `COMBS_ERR_OUT_OF_MEMORY` / `COMBS_ERR_DEVICE`.
 //

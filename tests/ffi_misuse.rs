@@ -1223,6 +1223,118 @@ fn rows() -> Vec<Row> {
         ),
         row!(
             "NULL m",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`m`",
+            |f| combs_batch_decode_sample(
+                ptr::null_mut(),
+                [f.p1].as_ptr(),
+                [f.smp].as_ptr(),
+                [1].as_ptr(),
+                1,
+                [0].as_mut_ptr()
+            )
+        ),
+        row!(
+            "NULL samplers with n 1",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`samplers`",
+            |f| combs_batch_decode_sample(
+                f.m,
+                [f.p1].as_ptr(),
+                ptr::null(),
+                [1].as_ptr(),
+                1,
+                [0].as_mut_ptr()
+            )
+        ),
+        row!(
+            "NULL out with n 1",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`out`",
+            |f| combs_batch_decode_sample(
+                f.m,
+                [f.p1].as_ptr(),
+                [f.smp].as_ptr(),
+                [1].as_ptr(),
+                1,
+                ptr::null_mut()
+            )
+        ),
+        row!(
+            "samplers[0] NULL",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "samplers[0]",
+            |f| combs_batch_decode_sample(
+                f.m,
+                [f.p1].as_ptr(),
+                [ptr::null_mut()].as_ptr(),
+                [1].as_ptr(),
+                1,
+                [0].as_mut_ptr()
+            )
+        ),
+        row!(
+            "a sampler listed twice",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "twice",
+            |f| combs_batch_decode_sample(
+                f.m,
+                [f.p1, f.p2].as_ptr(),
+                [f.smp, f.smp].as_ptr(),
+                [1, 1].as_ptr(),
+                2,
+                [0, 0].as_mut_ptr()
+            )
+        ),
+        row!(
+            "huge n",
+            "combs_batch_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`sessions`",
+            |f| combs_batch_decode_sample(
+                f.m,
+                [f.p1].as_ptr(),
+                [f.smp].as_ptr(),
+                [1].as_ptr(),
+                HUGE,
+                [0].as_mut_ptr()
+            )
+        ),
+        row!(
+            "NULL s",
+            "combs_session_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`s`",
+            |f| combs_session_decode_sample(ptr::null_mut(), 1, f.smp, [0].as_mut_ptr())
+        ),
+        row!(
+            "NULL smp",
+            "combs_session_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`smp`",
+            |f| combs_session_decode_sample(f.s, 1, ptr::null_mut(), [0].as_mut_ptr())
+        ),
+        row!(
+            "NULL out",
+            "combs_session_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "`out`",
+            |f| combs_session_decode_sample(f.s, 1, f.smp, ptr::null_mut())
+        ),
+        row!(
+            "token out of range",
+            "combs_session_decode_sample",
+            COMBS_ERR_INVALID_ARGUMENT,
+            "token",
+            |f| combs_session_decode_sample(f.s, f.n_vocab, f.smp, [0].as_mut_ptr())
+        ),
+        row!(
+            "NULL m",
             "combs_batch_prefill",
             COMBS_ERR_INVALID_ARGUMENT,
             "`m`",

@@ -575,9 +575,10 @@ impl BatchRunner {
             out.read_slice(0, &mut words)?;
             for (row, sg) in segs.iter().enumerate() {
                 let tokens = &lists[sg.session][sg.start..sg.start + sg.len];
-                cands[sg.session] = decode_top_k(&words[row * k * 2..(row + 1) * k * 2]);
+                let list = decode_top_k(&words[row * k * 2..(row + 1) * k * 2]);
+                cands[sg.session] = list.clone();
                 let s = &mut sessions[sg.session];
-                s.accept_batch_sampled(tokens);
+                s.accept_batch_sampled(tokens, k, list);
                 s.cache_mut().commit(sg.len);
             }
             return Ok(());

@@ -49,10 +49,15 @@ impl GenerationStats {
 /// be those of the last prompt token). `on_token(id, text)` receives each token
 /// with the complete UTF-8 text it finishes (possibly empty: a character split
 /// across tokens arrives with the token that completes it; one left incomplete
-/// when generation stops is dropped) and returns false to stop.
+/// when generation stops is dropped) and returns false to stop. Each step
+/// draws the next token with it ([`Session::decode_sample`]: on the device
+/// where the sampler's chain needs only the best logits), so after a stop
+/// the session's logits may be empty; [`Session::sample`] (and another call
+/// of this function) still draws from the step's kept candidates.
 ///
 /// # Errors
-/// Device errors while decoding.
+/// Device errors while decoding; a session whose last step sampled on the
+/// device with a sampler that needs more of the row than it kept.
 pub fn generate(
     session: &mut Session,
     tokenizer: &Tokenizer,
@@ -63,11 +68,17 @@ pub fn generate(
     let start = Instant::now();
     let mut stream = StreamDecoder::new();
     let mut n = 0;
+    // The token each step drew with it (on the device where the sampler's
+    // chain allows: only its best logits leave the GPU).
+    let mut drawn: Option<u32> = None;
     let stop = loop {
         if n >= max_tokens {
             break StopReason::MaxTokens;
         }
-        let t = sampler.sample(session.logits());
+        let t = match drawn.take() {
+            Some(t) => t,
+            None => session.sample(sampler)?,
+        };
         if tokenizer.is_eog(t) {
             break StopReason::EndOfGeneration;
         }
@@ -79,7 +90,12 @@ pub fn generate(
         if session.len() >= session.n_ctx() {
             break StopReason::ContextFull;
         }
-        session.decode(t)?;
+        if n >= max_tokens {
+            // The last token: evaluated, nothing drawn after it.
+            session.decode(t)?;
+        } else {
+            drawn = Some(session.decode_sample(t, sampler)?);
+        }
     };
     Ok(GenerationStats {
         n_tokens: n,

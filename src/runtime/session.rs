@@ -73,6 +73,9 @@ pub struct Session {
     /// this session's token from its best logits only
     /// ([`crate::runtime::Model::decode_batch_sample`]).
     sampled: bool,
+    /// After such a step: the best logits it selected (`(token, logit)`,
+    /// best first) and how many were asked for, for [`Self::sample`].
+    candidates: (usize, Vec<(u32, f32)>),
     n_batch: usize,
     /// Staging of caller-given input rows of one forward call (made on
     /// first use, `n_batch` rows of `n_embd`).
@@ -138,6 +141,7 @@ impl Session {
             logits: vec![0.0; spec.n_vocab],
             lent: None,
             sampled: false,
+            candidates: (0, Vec::new()),
             model,
             cache,
             scratch,
@@ -234,6 +238,7 @@ impl Session {
             logits: self.logits.clone(),
             lent: self.lent.clone(),
             sampled: self.sampled,
+            candidates: self.candidates.clone(),
             n_batch: self.n_batch,
             embed_rows: None,
             split,
@@ -273,10 +278,40 @@ impl Session {
 
     /// Takes the outcome of a batched decode step that sampled on the
     /// device: `tokens` were evaluated, their logits not read back.
-    pub(crate) fn accept_batch_sampled(&mut self, tokens: &[u32]) {
+    pub(crate) fn accept_batch_sampled(
+        &mut self,
+        tokens: &[u32],
+        k: usize,
+        candidates: Vec<(u32, f32)>,
+    ) {
         self.lent = None;
         self.sampled = true;
+        self.candidates = (k, candidates);
         self.tokens.extend_from_slice(tokens);
+    }
+
+    /// Draws a token with `sampler` from the last step's logits, or, after
+    /// a step that sampled on the device, from the candidates it selected
+    /// (the same draw, when they are as many as the sampler needs).
+    ///
+    /// # Errors
+    /// After a device-sampled step, a sampler needing more of the row than
+    /// that step selected (a chain without top-k, a larger top-k).
+    pub fn sample(&self, sampler: &mut Sampler) -> Result<u32> {
+        if !self.sampled {
+            return Ok(sampler.sample(self.logits()));
+        }
+        let (k, list) = &self.candidates;
+        match sampler.candidates_needed() {
+            Some(need) if need <= *k => Ok(sampler.sample_candidates(list)),
+            _ => Err(ModelError::invalid(
+                "sampler",
+                format!(
+                    "the session's last step sampled on the device and kept its {k} best \
+                     logits only; this sampler needs more (evaluate a token first)"
+                ),
+            )),
+        }
     }
 
     pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
@@ -630,9 +665,10 @@ impl Session {
         step.out.read_slice(0, &mut words)?;
         self.lent = None;
         self.sampled = true;
+        self.candidates = (k, decode_top_k(&words));
         self.cache.commit(1);
         self.tokens.push(token);
-        Ok(sampler.sample_candidates(&decode_top_k(&words)))
+        Ok(sampler.sample_candidates(&self.candidates.1))
     }
 
     /// Evaluates one token (a replay of the recorded decode step).

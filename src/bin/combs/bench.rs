@@ -12,7 +12,7 @@ use clap::Args;
 use combs::ModelError;
 use combs::gpu::{Recording, WaitMode, set_wait_mode};
 use combs::kv::CacheConfig;
-use combs::runtime::SessionOptions;
+use combs::runtime::{Sampler, SessionOptions};
 
 use super::common::ModelArgs;
 use crate::CliError;
@@ -41,18 +41,20 @@ pub struct BenchArgs {
     /// sizes), reporting aggregate tokens/s for `-n` steps.
     #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
-    /// What each batched step ends with: `logits` (every sequence's row
-    /// read back, tokens given), `greedy` or `default` (each sequence's
-    /// next token drawn by a sampler of those options, the way a server
-    /// generates: on the device where the chain allows).
+    /// What each decode step ends with: `logits` (the row read back, tokens
+    /// given), `greedy` or `default` (the next token drawn by a sampler of
+    /// those options, as a chat or a server generates: on the device where
+    /// the chain allows). With a sampler, `tg` also reports the same steps
+    /// drawing on the host from the whole row (`tg_host`), and `--batch`
+    /// steps draw every sequence's token.
     #[arg(long, default_value = "logits", value_parser = parse_batch_sampler)]
-    batch_sampler: BatchSampler,
+    sampler: BatchSampler,
     /// How the host waits for the GPU: `poll` or `block` (default: combs' choice).
     #[arg(long, value_parser = parse_wait)]
     wait: Option<WaitMode>,
 }
 
-/// How `--batch` steps end (`--batch-sampler`).
+/// How decode steps end (`--sampler`).
 #[derive(Clone, Debug)]
 pub struct BatchSampler {
     /// The name given.
@@ -153,6 +155,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let generated = tokens(args.n_gen, spec.n_vocab);
     let mut pp = Vec::new();
     let mut tg = Vec::new();
+    let mut tg_host = Vec::new();
     for rep in 0..=args.reps {
         if args.n_prompt > 0 {
             session.clear();
@@ -184,19 +187,45 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             }
         }
         if args.n_gen > 0 {
-            session.clear();
-            let t0 = Instant::now();
-            for &t in &generated {
-                session.decode(t)?;
-            }
-            let dt = t0.elapsed().as_secs_f64();
-            if rep > 0 {
-                tg.push(args.n_gen as f64 / dt);
+            let Some(opts) = &args.sampler.options else {
+                session.clear();
+                let t0 = Instant::now();
+                for &t in &generated {
+                    session.decode(t)?;
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                if rep > 0 {
+                    tg.push(args.n_gen as f64 / dt);
+                }
+                continue;
+            };
+            // A chat's loop: each step's token drawn with it (on the
+            // device where the chain allows), then the same on the host
+            // from the whole row.
+            for host in [false, true] {
+                session.clear();
+                let mut sampler = Sampler::new(opts.clone())?;
+                let mut t = generated[0];
+                let t0 = Instant::now();
+                for _ in 0..args.n_gen {
+                    t = if host {
+                        session.decode(t)?;
+                        sampler.sample(session.logits())
+                    } else {
+                        session.decode_sample(t, &mut sampler)?
+                    };
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                if rep > 0 {
+                    let v = if host { &mut tg_host } else { &mut tg };
+                    v.push(args.n_gen as f64 / dt);
+                }
             }
         }
     }
     let (pp_med, pp_sd) = stats(&pp);
     let (tg_med, tg_sd) = stats(&tg);
+    let (tg_host_med, tg_host_sd) = stats(&tg_host);
     if args.batch.contains(&0) {
         return Err(ModelError::invalid("--batch", "sizes must be positive").into());
     }
@@ -209,7 +238,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_gen,
             args.reps,
             args.profile,
-            args.batch_sampler.options.as_ref(),
+            args.sampler.options.as_ref(),
             |n, seed| tokens_seeded(n, spec.n_vocab, seed + 1),
         )?
     };
@@ -257,7 +286,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 let (med, sd) = stats(&b.samples);
                 format!(
                     "{{\"batch\":{},\"n\":{},\"sampler\":\"{}\",\"tps\":{med:.2},\"sd\":{sd:.2},\"samples\":{:?}}}",
-                    b.batch, args.n_gen, args.batch_sampler.name, b.samples
+                    b.batch, args.n_gen, args.sampler.name, b.samples
                 )
             })
             .collect();
@@ -266,7 +295,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "{{\"model\":\"{name}\",\"arch\":\"{}\",\"device\":\"{}\",\"weights_bytes\":{bytes},\
              \"decode_bytes_per_token\":{per_token},\"load_ms\":{load_ms:.1},\"first_token_ms\":{:.1},\"copy_gbps\":{:.1},\"floor_tps\":{floor_tps:.1},\
              \"pp\":{{\"n\":{},\"tps\":{pp_med:.2},\"sd\":{pp_sd:.2},\"samples\":{:?}}},\
-             \"tg\":{{\"n\":{},\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
+             \"tg\":{{\"n\":{},\"sampler\":\"{}\",\"tps\":{tg_med:.2},\"sd\":{tg_sd:.2},\"samples\":{:?}}},\
+             \"tg_host\":{{\"tps\":{tg_host_med:.2},\"sd\":{tg_host_sd:.2},\"samples\":{:?}}},\
              \"batch\":[{}],\"profile\":[{}],\"devices\":[{}]}}",
             spec.arch,
             ctx.caps().name,
@@ -275,7 +305,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             args.n_prompt,
             pp,
             args.n_gen,
+            args.sampler.name,
             tg,
+            tg_host,
             batch.join(","),
             prof.join(","),
             devices
@@ -312,6 +344,13 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "| tg{:<4} | {tg_med:>8.1} ± {tg_sd:<4.1} |",
             args.n_gen
         )?;
+        if !tg_host.is_empty() {
+            writeln!(
+                out,
+                "| tg{:<4} | {tg_host_med:>8.1} ± {tg_host_sd:<4.1} | ({} sampler on the host, whole rows; above: on the device)",
+                args.n_gen, args.sampler.name
+            )?;
+        }
     }
     write!(out, "load: {load_ms:.0} ms (file to weights on the device)")?;
     if let Some(ms) = first_token_ms {

@@ -2,7 +2,7 @@
 //! sequences advanced together (`Model::decode_batch`, one forward pass per
 //! step for all B). Each sequence holds a short prompt (evaluated in one
 //! batched prefill, not timed); then `-n` steps of all B are timed, after a
-//! warm-up, and repeated. With `--batch-sampler greedy|default` each step
+//! warm-up, and repeated. With `--sampler greedy|default` each step
 //! draws the next tokens (`Model::decode_batch_sample`) instead of reading
 //! every row of logits for given tokens. With `--profile`, one more step of
 //! each batch size is recorded with GPU timestamps.
