@@ -7,17 +7,15 @@
 // (NaN, 0xffffffff) entries.
 //
 // Two passes. The first (default variant) takes a chunk of WG * PER values
-// of one row per workgroup (gl_WorkGroupID.x: chunk, .y: row) and writes
-// that chunk's k best as a list; the merge (TOPK_MERGE) takes one row per
-// workgroup, one invocation per list, and merges the row's sorted lists
-// into its final k. A row of one chunk needs only the first pass.
-//
-// Both select the same way, k rounds of a workgroup-wide maximum: each
-// invocation keeps its own best candidate; subgroup maxima go through
-// shared memory (two alternating slots, so one barrier a round suffices)
-// and the invocation holding the winner writes it out and moves on to its
-// next best. k is small (a sampler's top-k), so k rounds beat sorting the
-// chunk.
+// of one row per workgroup (gl_WorkGroupID.x: chunk, .y: row); each
+// subgroup selects the k best of its lanes' PER values each, with subgroup
+// operations only (no barrier), and writes them as one list: NSUB lists per
+// chunk, those of subgroups the device did not form holding no entry. The
+// merge (TOPK_MERGE) takes one row per workgroup: each invocation owns up to
+// OWN of the row's sorted lists, and k rounds of a workgroup-wide maximum
+// over the lists' heads (subgroup maxima through shared memory, two
+// alternating slots, one barrier a round) write the row's k best; the
+// invocation holding each winner writes it and moves that list on.
 //
 // Output entries are uvec2(value bits, index).
 
@@ -26,7 +24,9 @@
 #extension GL_KHR_shader_subgroup_arithmetic : enable
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint PER = 16;   // values per invocation (first pass)
+layout(constant_id = 1) const uint PER = 32;   // values per invocation (first pass)
+layout(constant_id = 2) const uint NSUB = 4;   // lists per workgroup (first pass): the most subgroups
+layout(constant_id = 3) const uint OWN = 16;   // lists per invocation (merge)
 
 layout(binding = 0) readonly buffer X { float data_x[]; };
 layout(binding = 1) readonly buffer C { uvec2 data_in[]; };
@@ -53,47 +53,40 @@ uint key_value(uint key) {
     return (key & 0x80000000u) != 0u ? (key & 0x7FFFFFFFu) : ~key;
 }
 
+#if defined(TOPK_MERGE)
 shared uint s_key[2][64];
 shared uint s_idx[2][64];
 
+// The key and index of list entry e (0 for none).
+uvec2 entry(const uvec2 e) {
+    const uint key = e.y == NONE ? 0u : order_key(e.x);
+    return uvec2(key, key == 0u ? NONE : e.y);
+}
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
-#if defined(TOPK_MERGE)
     const uint row = gl_WorkGroupID.x;
     const uint lists = p.width;
-    const uint in_base = (row * lists + lid) * p.k;
     const uint out_base = row * p.k;
-    uint head = 0u;
-    uint best_key = 0u, best_idx = NONE;
-    if (lid < lists) {
-        const uvec2 e = data_in[in_base];
-        best_key = e.y == NONE ? 0u : order_key(e.x);
-        best_idx = best_key == 0u ? NONE : e.y;
+    // Heads of the lists this invocation owns (lid + j * WG), as entry().
+    uint head[OWN];
+    uvec2 cur[OWN];
+    [[unroll]] for (uint j = 0u; j < OWN; j++) {
+        const uint l = lid + j * gl_WorkGroupSize.x;
+        head[j] = 0u;
+        cur[j] = l < lists ? entry(data_in[(row * lists + l) * p.k]) : uvec2(0u, NONE);
     }
-#else
-    const uint row = gl_WorkGroupID.y;
-    const uint c0 = gl_WorkGroupID.x * p.chunk;
-    const uint x_base = p.offset + row * p.ld;
-    const uint out_base = (row * gl_NumWorkGroups.x + gl_WorkGroupID.x) * p.k;
-    uint key[PER];
-    [[unroll]] for (uint j = 0u; j < PER; j++) {
-        const uint i = c0 + lid + j * gl_WorkGroupSize.x;
-        key[j] = i < p.width ? order_key(floatBitsToUint(data_x[x_base + i])) : 0u;
-    }
-    // The first of equal keys is the lowest index: positions grow with j.
-    uint best_j = 0u, best_key = 0u;
-    [[unroll]] for (uint j = 0u; j < PER; j++) {
-        if (key[j] > best_key) {
-            best_key = key[j];
+    uint best_j = 0u;
+    uvec2 best = uvec2(0u, NONE);
+    [[unroll]] for (uint j = 0u; j < OWN; j++) {
+        if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
+            best = cur[j];
             best_j = j;
         }
     }
-    uint best_idx = best_key == 0u ? NONE : c0 + lid + best_j * gl_WorkGroupSize.x;
-#endif
-
     for (uint r = 0u; r < p.k; r++) {
-        const uint m = subgroupMax(best_key);
-        const uint mi = subgroupMin(best_key == m ? best_idx : NONE);
+        const uint m = subgroupMax(best.x);
+        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
         const uint b = r & 1u;
         if (subgroupElect()) {
             s_key[b][gl_SubgroupID] = m;
@@ -115,18 +108,63 @@ void main() {
             }
             break;
         }
+        if (best.x == top && best.y == top_idx) {
+            data_out[out_base + r] = uvec2(key_value(top), top_idx);
+            [[unroll]] for (uint j = 0u; j < OWN; j++) {
+                if (j == best_j) {
+                    head[j]++;
+                    const uint l = lid + j * gl_WorkGroupSize.x;
+                    cur[j] = head[j] < p.k ? entry(data_in[(row * lists + l) * p.k + head[j]])
+                                           : uvec2(0u, NONE);
+                }
+            }
+            best = uvec2(0u, NONE);
+            best_j = 0u;
+            [[unroll]] for (uint j = 0u; j < OWN; j++) {
+                if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
+                    best = cur[j];
+                    best_j = j;
+                }
+            }
+        }
+    }
+}
+#else
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint row = gl_WorkGroupID.y;
+    const uint c0 = gl_WorkGroupID.x * p.chunk;
+    const uint x_base = p.offset + row * p.ld;
+    const uint lists_base = (row * gl_NumWorkGroups.x + gl_WorkGroupID.x) * NSUB;
+    const uint out_base = (lists_base + gl_SubgroupID) * p.k;
+    // Lane values at consecutive positions of the chunk, a subgroup's lanes
+    // side by side (coalesced loads): value j of invocation lid is at
+    // c0 + lid + j * WG.
+    uint key[PER];
+    [[unroll]] for (uint j = 0u; j < PER; j++) {
+        const uint i = c0 + lid + j * gl_WorkGroupSize.x;
+        key[j] = i < p.width ? order_key(floatBitsToUint(data_x[x_base + i])) : 0u;
+    }
+    // The first of equal keys is the lowest index: positions grow with j.
+    uint best_j = 0u, best_key = 0u;
+    [[unroll]] for (uint j = 0u; j < PER; j++) {
+        if (key[j] > best_key) {
+            best_key = key[j];
+            best_j = j;
+        }
+    }
+    uint best_idx = best_key == 0u ? NONE : c0 + lid + best_j * gl_WorkGroupSize.x;
+    for (uint r = 0u; r < p.k; r++) {
+        const uint top = subgroupMax(best_key);
+        if (top == 0u) {
+            for (uint j = r + gl_SubgroupInvocationID; j < p.k; j += gl_SubgroupSize) {
+                data_out[out_base + j] = uvec2(NAN_BITS, NONE);
+            }
+            break;
+        }
+        const uint top_idx = subgroupMin(best_key == top ? best_idx : NONE);
         if (best_key == top && best_idx == top_idx) {
             data_out[out_base + r] = uvec2(key_value(top), top_idx);
-#if defined(TOPK_MERGE)
-            head++;
-            best_key = 0u;
-            best_idx = NONE;
-            if (head < p.k) {
-                const uvec2 e = data_in[in_base + head];
-                best_key = e.y == NONE ? 0u : order_key(e.x);
-                best_idx = best_key == 0u ? NONE : e.y;
-            }
-#else
             [[unroll]] for (uint j = 0u; j < PER; j++) {
                 if (j == best_j) {
                     key[j] = 0u;
@@ -141,7 +179,13 @@ void main() {
                 }
             }
             best_idx = best_key == 0u ? NONE : c0 + lid + best_j * gl_WorkGroupSize.x;
-#endif
+        }
+    }
+    // Lists of subgroups this device did not form: empty.
+    if (gl_SubgroupID == 0u) {
+        for (uint s = gl_NumSubgroups + gl_SubgroupInvocationID; s < NSUB; s += gl_SubgroupSize) {
+            data_out[(lists_base + s) * p.k] = uvec2(NAN_BITS, NONE);
         }
     }
 }
+#endif

@@ -12,7 +12,7 @@ use combs::ops::Mat;
 use combs::ops::backend::Kernels;
 use combs::ops::host::HOST;
 use combs::ops::topk::{
-    MAX_TOP_K, TopKCall, decode_top_k, record_top_k, top_k_ref, top_k_scratch_bytes,
+    MAX_TOP_K, TopKCall, decode_top_k, record_top_k, top_k_bucket, top_k_ref, top_k_scratch_bytes,
 };
 use common::{Rng, gpu};
 
@@ -46,7 +46,7 @@ fn run_top_k(
     };
     let scratch = buffer(
         &ctx,
-        top_k_scratch_bytes(rows, cols, k) as usize,
+        top_k_scratch_bytes(&ctx, rows, cols, k) as usize,
         MemoryKind::Device,
     );
     let out = buffer(&ctx, rows * k * 8, MemoryKind::Readback);
@@ -149,4 +149,15 @@ fn top_k_short_rows_end_early() {
         assert_eq!(got[1], top_k_ref(&data[9000..18000], 32), "{backend:?}");
         assert_eq!(got[2], vec![(8999, f32::NEG_INFINITY)], "{backend:?}");
     }
+}
+
+/// Greedy draws select one candidate; more are rounded up (exact either
+/// way), none past the most a step selects.
+#[test]
+fn top_k_buckets() {
+    assert_eq!(top_k_bucket(1), Some(1));
+    assert_eq!(top_k_bucket(2), Some(16));
+    assert_eq!(top_k_bucket(40), Some(48));
+    assert_eq!(top_k_bucket(MAX_TOP_K), Some(MAX_TOP_K));
+    assert_eq!(top_k_bucket(MAX_TOP_K + 1), None);
 }

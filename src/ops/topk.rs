@@ -10,14 +10,18 @@ use std::sync::Arc;
 use super::params::TopKParams;
 use super::{Mat, pc_u32};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Binding, Buffer, Kernel, Recording};
+use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording};
 
 /// Most candidates one row may ask for.
 pub const MAX_TOP_K: usize = 256;
-/// Invocations per workgroup of both passes.
-const WG: usize = 256;
+/// Invocations per workgroup of the first pass.
+const WG: usize = 128;
+/// Invocations per workgroup of the merge.
+const MERGE_WG: usize = 256;
 /// Values per invocation of the first pass.
-const PER: usize = 16;
+const PER: usize = 32;
+/// Lists per invocation of the merge.
+const OWN: usize = 16;
 /// Values one workgroup of the first pass takes.
 pub const TOP_K_CHUNK: usize = WG * PER;
 /// Candidates a sampling step selects are rounded up to a multiple of this
@@ -26,6 +30,22 @@ pub const TOP_K_STEP: usize = 16;
 /// The index of an entry past a row's last candidate.
 pub const TOP_K_NONE: u32 = u32::MAX;
 
+/// The candidates a step selects for samplers needing `k`: 1 (greedy) as
+/// is, more rounded up to a multiple of [`TOP_K_STEP`] (capped at
+/// [`MAX_TOP_K`]); `None` past it.
+pub fn top_k_bucket(k: usize) -> Option<usize> {
+    match k {
+        0 | 1 => Some(1),
+        k if k <= MAX_TOP_K => Some(k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K)),
+        _ => None,
+    }
+}
+
+/// Lists a first-pass workgroup writes: one per subgroup the device may form.
+fn lists_per_chunk(ctx: &GpuContext) -> usize {
+    WG / (ctx.caps().min_subgroup_size.max(4) as usize).min(WG)
+}
+
 /// The top-k of every row of `logits` into `out`.
 #[derive(Clone, Copy, Debug)]
 pub struct TopKCall<'a> {
@@ -33,8 +53,7 @@ pub struct TopKCall<'a> {
     pub logits: Mat<'a>,
     /// Candidates per row, 1..=[`MAX_TOP_K`].
     pub k: usize,
-    /// Room for the first pass's lists ([`top_k_scratch_bytes`]) when a row
-    /// spans more than one chunk.
+    /// Room for the first pass's lists ([`top_k_scratch_bytes`]).
     pub scratch: &'a Arc<Buffer>,
     /// `[rows, k]` entries of (value bits, index) as two u32.
     pub out: &'a Arc<Buffer>,
@@ -45,9 +64,9 @@ pub fn top_k_chunks(width: usize) -> usize {
     width.div_ceil(TOP_K_CHUNK).max(1)
 }
 
-/// Bytes of the first pass's lists for `rows` rows of `width` values.
-pub fn top_k_scratch_bytes(rows: usize, width: usize, k: usize) -> u64 {
-    (rows * top_k_chunks(width) * k * 8) as u64
+/// Bytes of the first pass's lists for `rows` rows of `width` values on `ctx`.
+pub fn top_k_scratch_bytes(ctx: &GpuContext, rows: usize, width: usize, k: usize) -> u64 {
+    (rows * top_k_chunks(width) * lists_per_chunk(ctx) * k * 8) as u64
 }
 
 impl TopKCall<'_> {
@@ -55,7 +74,7 @@ impl TopKCall<'_> {
     ///
     /// # Errors
     /// k out of range, a view outside its buffer, buffers too small, or a
-    /// row with more chunks than one merge workgroup takes.
+    /// row with more lists than one merge workgroup takes.
     pub fn check(&self) -> Result<()> {
         if self.k == 0 || self.k > MAX_TOP_K {
             return Err(ModelError::invalid(
@@ -65,14 +84,15 @@ impl TopKCall<'_> {
         }
         self.logits.check("top-k rows")?;
         let rows = self.logits.rows;
-        let chunks = top_k_chunks(self.logits.cols);
-        if chunks > WG {
+        let ctx = self.out.context();
+        let lists = top_k_chunks(self.logits.cols) * lists_per_chunk(ctx);
+        if lists > MERGE_WG * OWN {
             return Err(ModelError::invalid(
                 "top-k rows",
                 format!(
                     "{} values per row (at most {})",
                     self.logits.cols,
-                    WG * TOP_K_CHUNK
+                    MERGE_WG * OWN / lists_per_chunk(ctx) * TOP_K_CHUNK
                 ),
             ));
         }
@@ -87,18 +107,15 @@ impl TopKCall<'_> {
             }
         };
         need(self.out, (rows * self.k * 8) as u64)?;
-        if chunks > 1 {
-            need(
-                self.scratch,
-                top_k_scratch_bytes(rows, self.logits.cols, self.k),
-            )?;
-        }
-        Ok(())
+        need(
+            self.scratch,
+            top_k_scratch_bytes(ctx, rows, self.logits.cols, self.k),
+        )
     }
 }
 
-/// Records the top-k of every row: one pass over chunks of the rows, and a
-/// merge per row when a row spans several chunks.
+/// Records the top-k of every row: the first pass over chunks of the rows
+/// (a list per subgroup), then a merge per row.
 ///
 /// # Errors
 /// As [`TopKCall::check`]; values beyond 32 bits.
@@ -109,6 +126,7 @@ pub fn record_top_k(rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
         return Ok(());
     }
     let chunks = top_k_chunks(x.cols);
+    let nsub = lists_per_chunk(call.out.context());
     let params = TopKParams {
         n_rows: pc_u32("rows", x.rows)?,
         width: pc_u32("width", x.cols)?,
@@ -117,30 +135,25 @@ pub fn record_top_k(rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
         k: pc_u32("k", call.k)?,
         chunk: pc_u32("chunk", TOP_K_CHUNK)?,
     };
-    let spec = [WG as u32, PER as u32];
-    let first_out = if chunks > 1 { call.scratch } else { call.out };
     rec.dispatch(
         Kernel::TopkF32,
-        &spec,
+        &[WG as u32, PER as u32, nsub as u32, OWN as u32],
         &[
             Binding::read(x.buf),
             // The first pass reads no lists: any buffer serves the binding.
             Binding::read(x.buf),
-            Binding::write(first_out),
+            Binding::write(call.scratch),
         ],
         bytemuck::bytes_of(&params),
         [chunks as u32, params.n_rows, 1],
     )?;
-    if chunks == 1 {
-        return Ok(());
-    }
     let merge = TopKParams {
-        width: chunks as u32,
+        width: pc_u32("lists", chunks * nsub)?,
         ..params
     };
     rec.dispatch(
         Kernel::TopkMerge,
-        &spec,
+        &[MERGE_WG as u32, PER as u32, nsub as u32, OWN as u32],
         &[
             Binding::read(x.buf),
             Binding::read(call.scratch),

@@ -17,7 +17,7 @@ use crate::error::{ModelError, Result};
 use crate::gpu::{Buffer, LentBuffer, MemoryKind, Recording};
 use crate::kv::{PagePool, PagedBatchView};
 use crate::models::{GenerativeModel, Scratch};
-use crate::ops::topk::{MAX_TOP_K, TOP_K_STEP, decode_top_k, top_k_scratch_bytes};
+use crate::ops::topk::{decode_top_k, top_k_bucket, top_k_scratch_bytes};
 
 /// Most tokens one batched forward pass carries (longer prompts are split).
 const MAX_PASS_TOKENS: usize = 512;
@@ -37,11 +37,12 @@ const MAX_SLABS: usize = 3;
 
 /// The buffers of sampling steps' top-k: the first pass's lists on the
 /// device and the candidates the host reads, for up to `rows` sequences of
-/// up to [`MAX_TOP_K`] candidates.
+/// up to `k` candidates.
 struct TopKBuffers {
     scratch: Arc<Buffer>,
     out: Arc<Buffer>,
     rows: usize,
+    k: usize,
 }
 
 /// What a pass leaves for the host.
@@ -183,8 +184,7 @@ impl BatchRunner {
             .map(|s| s.candidates_needed())
             .collect::<Option<Vec<usize>>>()
             .and_then(|v| v.into_iter().max())
-            .map(|k| k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K).max(k))
-            .filter(|&k| k <= MAX_TOP_K);
+            .and_then(top_k_bucket);
         if let ([s], [t], [sm]) = (&mut *sessions, tokens, &mut *samplers) {
             self.check(std::slice::from_ref(s), &[std::slice::from_ref(t)])?;
             return Ok(vec![s.decode_sample(*t, sm)?]);
@@ -384,27 +384,36 @@ impl BatchRunner {
         Ok(())
     }
 
-    /// The top-k buffers for `rows` sequences, made (or grown, which drops
-    /// the recorded steps) as needed.
-    fn ensure_top_k(&mut self, rows: usize) -> Result<()> {
-        if self.top_k.as_ref().is_some_and(|t| t.rows >= rows) {
+    /// The top-k buffers for `rows` sequences of `k` candidates, made (or
+    /// grown, which drops the recorded steps) as needed.
+    fn ensure_top_k(&mut self, rows: usize, k: usize) -> Result<()> {
+        if self
+            .top_k
+            .as_ref()
+            .is_some_and(|t| t.rows >= rows && t.k >= k)
+        {
             return Ok(());
         }
         self.steps.clear();
-        self.top_k = None;
-        let rows = rows.next_power_of_two().max(16);
+        let old = self.top_k.take();
+        let rows = rows
+            .next_power_of_two()
+            .max(16)
+            .max(old.as_ref().map_or(0, |t| t.rows));
+        let k = k.max(old.as_ref().map_or(0, |t| t.k));
         let ctx = self.model.context().clone();
         let n_vocab = self.model.spec().n_vocab;
-        let bytes = top_k_scratch_bytes(rows, n_vocab, MAX_TOP_K);
+        let bytes = top_k_scratch_bytes(&ctx, rows, n_vocab, k);
         self.top_k = Some(TopKBuffers {
             scratch: Buffer::new(&ctx, bytes, MemoryKind::Device, "top-k lists")?,
             out: Buffer::new(
                 &ctx,
-                (rows * MAX_TOP_K * 8) as u64,
+                (rows * k * 8) as u64,
                 MemoryKind::Readback,
                 "top-k candidates",
             )?,
             rows,
+            k,
         });
         Ok(())
     }
@@ -462,7 +471,7 @@ impl BatchRunner {
         self.ensure(n_tok, segs.len(), table.len(), rtable.len())?;
         let top_k = match output {
             PassOutput::TopK(k) if segs.iter().all(|s| s.len == 1) => {
-                self.ensure_top_k(n_tok)?;
+                self.ensure_top_k(n_tok, k)?;
                 Some(k)
             }
             PassOutput::TopK(_) => {

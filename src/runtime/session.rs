@@ -13,7 +13,7 @@ use crate::models::{EmbedRows, GenerativeModel, RowCopy, Scratch};
 
 use super::sampler::Sampler;
 use super::stages::Stages;
-use crate::ops::topk::{MAX_TOP_K, TOP_K_STEP, decode_top_k, top_k_scratch_bytes};
+use crate::ops::topk::{decode_top_k, top_k_bucket, top_k_scratch_bytes};
 
 /// Options of a session (the C API's `combs_session_options`).
 #[derive(Clone, Debug)]
@@ -618,10 +618,7 @@ impl Session {
     /// # Errors
     /// As [`Self::decode`].
     pub fn decode_sample(&mut self, token: u32, sampler: &mut Sampler) -> Result<u32> {
-        let k = sampler
-            .candidates_needed()
-            .map(|k| k.next_multiple_of(TOP_K_STEP).min(MAX_TOP_K).max(k))
-            .filter(|&k| k <= MAX_TOP_K);
+        let k = sampler.candidates_needed().and_then(top_k_bucket);
         let Some(k) = k.filter(|_| self.split.is_none() && self.model.selects_logits()) else {
             self.decode(token)?;
             return Ok(sampler.sample(self.logits()));
@@ -637,7 +634,7 @@ impl Session {
             let n_vocab = self.model.spec().n_vocab;
             let lists = Buffer::new(
                 &ctx,
-                top_k_scratch_bytes(1, n_vocab, k),
+                top_k_scratch_bytes(&ctx, 1, n_vocab, k),
                 MemoryKind::Device,
                 "top-k lists",
             )?;

@@ -109,7 +109,16 @@ pub fn run(
             let mut runner = BatchRunner::new(model.weights().clone());
             runner.set_timestamps(true);
             let mut refs: Vec<&mut Session> = sessions.iter_mut().collect();
-            runner.decode(&mut refs, &steps[0])?;
+            match sampler {
+                None => runner.decode(&mut refs, &steps[0])?,
+                Some(o) => {
+                    let mut samplers: Vec<Sampler> = (0..b)
+                        .map(|_| Sampler::new(o.clone()))
+                        .collect::<Result<_, _>>()?;
+                    let mut srefs: Vec<&mut Sampler> = samplers.iter_mut().collect();
+                    runner.decode_sample(&mut refs, &steps[0], &mut srefs)?;
+                }
+            }
             prof = runner.last_profile()?;
         }
         out.push(BatchResult {
