@@ -9,13 +9,15 @@
 // Two passes. The first (default variant) takes a chunk of WG * PER values
 // of one row per workgroup (gl_WorkGroupID.x: chunk, .y: row); each
 // subgroup selects the k best of its lanes' PER values each, with subgroup
-// operations only (no barrier), and writes them as one list: NSUB lists per
+// operations only (no barrier; each lane keeps its keys' maxima by groups
+// of 8, so a taken key rescans 8 and the group maxima), and writes them as
+// one list: NSUB lists per
 // chunk, those of subgroups the device did not form holding no entry. The
-// merge (TOPK_MERGE) takes one row per workgroup: each invocation owns up to
-// OWN of the row's sorted lists, and k rounds of a workgroup-wide maximum
-// over the lists' heads (subgroup maxima through shared memory, two
-// alternating slots, one barrier a round) write the row's k best; the
-// invocation holding each winner writes it and moves that list on.
+// merge (TOPK_MERGE) takes one row per workgroup, in two phases without a
+// barrier in their rounds: each subgroup merges the sorted lists its lanes
+// own (up to OWN each) into a list in shared memory, k rounds of subgroup
+// maxima over the lists' heads; then the first subgroup merges those
+// lists into the row's k best.
 //
 // Output entries are uvec2(value bits, index).
 
@@ -25,7 +27,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint PER = 32;   // values per invocation (first pass)
-layout(constant_id = 2) const uint NSUB = 4;   // lists per workgroup (first pass): the most subgroups
+layout(constant_id = 2) const uint NSUB = 4;   // the most subgroups of a workgroup
 layout(constant_id = 3) const uint OWN = 16;   // lists per invocation (merge)
 
 layout(binding = 0) readonly buffer X { float data_x[]; };
@@ -54,8 +56,9 @@ uint key_value(uint key) {
 }
 
 #if defined(TOPK_MERGE)
-shared uint s_key[2][64];
-shared uint s_idx[2][64];
+const uint MAX_K = 256u;
+// Each subgroup's merged list, as (key, index).
+shared uvec2 s_list[NSUB * MAX_K];
 
 // The key and index of list entry e (0 for none).
 uvec2 entry(const uvec2 e) {
@@ -63,12 +66,19 @@ uvec2 entry(const uvec2 e) {
     return uvec2(key, key == 0u ? NONE : e.y);
 }
 
+// Whether a ranks before b.
+bool before(const uvec2 a, const uvec2 b) {
+    return a.x > b.x || (a.x == b.x && a.y < b.y);
+}
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.x;
     const uint lists = p.width;
-    const uint out_base = row * p.k;
-    // Heads of the lists this invocation owns (lid + j * WG), as entry().
+    const uint sg = gl_SubgroupID;
+    const uint lane = gl_SubgroupInvocationID;
+    // Phase A, each subgroup on its own: the lists its invocations own
+    // (lid + j * WG) merged into its list in shared memory.
     uint head[OWN];
     uvec2 cur[OWN];
     [[unroll]] for (uint j = 0u; j < OWN; j++) {
@@ -79,37 +89,22 @@ void main() {
     uint best_j = 0u;
     uvec2 best = uvec2(0u, NONE);
     [[unroll]] for (uint j = 0u; j < OWN; j++) {
-        if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
+        if (before(cur[j], best)) {
             best = cur[j];
             best_j = j;
         }
     }
     for (uint r = 0u; r < p.k; r++) {
         const uint m = subgroupMax(best.x);
-        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
-        const uint b = r & 1u;
-        if (subgroupElect()) {
-            s_key[b][gl_SubgroupID] = m;
-            s_idx[b][gl_SubgroupID] = mi;
-        }
-        barrier();
-        uint top = 0u, top_idx = NONE;
-        for (uint s = 0u; s < gl_NumSubgroups; s++) {
-            const uint k2 = s_key[b][s], i2 = s_idx[b][s];
-            if (k2 > top || (k2 == top && i2 < top_idx)) {
-                top = k2;
-                top_idx = i2;
-            }
-        }
-        if (top == 0u) {
-            // Every candidate taken: the rest of the list is empty.
-            for (uint j = r + lid; j < p.k; j += gl_WorkGroupSize.x) {
-                data_out[out_base + j] = uvec2(NAN_BITS, NONE);
+        if (m == 0u) {
+            for (uint j = r + lane; j < p.k; j += gl_SubgroupSize) {
+                s_list[sg * p.k + j] = uvec2(0u, NONE);
             }
             break;
         }
-        if (best.x == top && best.y == top_idx) {
-            data_out[out_base + r] = uvec2(key_value(top), top_idx);
+        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
+        if (best.x == m && best.y == mi) {
+            s_list[sg * p.k + r] = best;
             [[unroll]] for (uint j = 0u; j < OWN; j++) {
                 if (j == best_j) {
                     head[j]++;
@@ -121,8 +116,59 @@ void main() {
             best = uvec2(0u, NONE);
             best_j = 0u;
             [[unroll]] for (uint j = 0u; j < OWN; j++) {
-                if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
+                if (before(cur[j], best)) {
                     best = cur[j];
+                    best_j = j;
+                }
+            }
+        }
+    }
+    barrier();
+    if (sg != 0u) {
+        return;
+    }
+    // Phase B, subgroup 0: the subgroups' lists merged into the row's k best.
+    const uint OWN_B = 8u;   // NSUB <= 8 * subgroup size (the host's check)
+    uint hb[OWN_B];
+    uvec2 cb[OWN_B];
+    [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
+        const uint l = lane + j * gl_SubgroupSize;
+        hb[j] = 0u;
+        cb[j] = l < gl_NumSubgroups ? s_list[l * p.k] : uvec2(0u, NONE);
+    }
+    best = uvec2(0u, NONE);
+    best_j = 0u;
+    [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
+        if (before(cb[j], best)) {
+            best = cb[j];
+            best_j = j;
+        }
+    }
+    const uint out_base = row * p.k;
+    for (uint r = 0u; r < p.k; r++) {
+        const uint m = subgroupMax(best.x);
+        if (m == 0u) {
+            // Every candidate taken: the rest of the list is empty.
+            for (uint j = r + lane; j < p.k; j += gl_SubgroupSize) {
+                data_out[out_base + j] = uvec2(NAN_BITS, NONE);
+            }
+            break;
+        }
+        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
+        if (best.x == m && best.y == mi) {
+            data_out[out_base + r] = uvec2(key_value(m), mi);
+            [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
+                if (j == best_j) {
+                    hb[j]++;
+                    const uint l = lane + j * gl_SubgroupSize;
+                    cb[j] = hb[j] < p.k ? s_list[l * p.k + hb[j]] : uvec2(0u, NONE);
+                }
+            }
+            best = uvec2(0u, NONE);
+            best_j = 0u;
+            [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
+                if (before(cb[j], best)) {
+                    best = cb[j];
                     best_j = j;
                 }
             }
@@ -130,6 +176,9 @@ void main() {
     }
 }
 #else
+const uint GS = 8u;          // keys per group (PER a multiple of it)
+const uint NG = PER / GS;
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.y;
@@ -145,12 +194,25 @@ void main() {
         const uint i = c0 + lid + j * gl_WorkGroupSize.x;
         key[j] = i < p.width ? order_key(floatBitsToUint(data_x[x_base + i])) : 0u;
     }
-    // The first of equal keys is the lowest index: positions grow with j.
+    // Each lane's best key by groups of GS: a taken key costs a rescan of
+    // its group and of the group maxima, not of all PER keys. The first of
+    // equal keys is the lowest index: positions grow with j.
+    uint gkey[NG], gj[NG];
+    [[unroll]] for (uint g = 0u; g < NG; g++) {
+        gkey[g] = 0u;
+        gj[g] = g * GS;
+        [[unroll]] for (uint jj = 0u; jj < GS; jj++) {
+            if (key[g * GS + jj] > gkey[g]) {
+                gkey[g] = key[g * GS + jj];
+                gj[g] = g * GS + jj;
+            }
+        }
+    }
     uint best_j = 0u, best_key = 0u;
-    [[unroll]] for (uint j = 0u; j < PER; j++) {
-        if (key[j] > best_key) {
-            best_key = key[j];
-            best_j = j;
+    [[unroll]] for (uint g = 0u; g < NG; g++) {
+        if (gkey[g] > best_key) {
+            best_key = gkey[g];
+            best_j = gj[g];
         }
     }
     uint best_idx = best_key == 0u ? NONE : c0 + lid + best_j * gl_WorkGroupSize.x;
@@ -165,17 +227,29 @@ void main() {
         const uint top_idx = subgroupMin(best_key == top ? best_idx : NONE);
         if (best_key == top && best_idx == top_idx) {
             data_out[out_base + r] = uvec2(key_value(top), top_idx);
-            [[unroll]] for (uint j = 0u; j < PER; j++) {
-                if (j == best_j) {
-                    key[j] = 0u;
+            const uint bg = best_j / GS;
+            [[unroll]] for (uint g = 0u; g < NG; g++) {
+                if (g == bg) {
+                    gkey[g] = 0u;
+                    gj[g] = g * GS;
+                    [[unroll]] for (uint jj = 0u; jj < GS; jj++) {
+                        const uint j = g * GS + jj;
+                        if (j == best_j) {
+                            key[j] = 0u;
+                        }
+                        if (key[j] > gkey[g]) {
+                            gkey[g] = key[j];
+                            gj[g] = j;
+                        }
+                    }
                 }
             }
             best_key = 0u;
             best_j = 0u;
-            [[unroll]] for (uint j = 0u; j < PER; j++) {
-                if (key[j] > best_key) {
-                    best_key = key[j];
-                    best_j = j;
+            [[unroll]] for (uint g = 0u; g < NG; g++) {
+                if (gkey[g] > best_key) {
+                    best_key = gkey[g];
+                    best_j = gj[g];
                 }
             }
             best_idx = best_key == 0u ? NONE : c0 + lid + best_j * gl_WorkGroupSize.x;
