@@ -13,11 +13,13 @@
 // of 8, so a taken key rescans 8 and the group maxima), and writes them as
 // one list: NSUB lists per
 // chunk, those of subgroups the device did not form holding no entry. The
-// merge (TOPK_MERGE) takes one row per workgroup, in two phases without a
-// barrier in their rounds: each subgroup merges the sorted lists its lanes
-// own (up to OWN each) into a list in shared memory, k rounds of subgroup
-// maxima over the lists' heads; then the first subgroup merges those
-// lists into the row's k best.
+// merge (TOPK_MERGE) takes one row per workgroup: each invocation owns up to
+// OWN of the row's sorted lists, and k rounds of a workgroup-wide maximum
+// over the lists' heads (subgroup maxima through shared memory, two
+// alternating slots, one barrier a round) write the row's k best; the
+// invocation holding each winner writes it and moves that list on. (Rounds
+// inside subgroups first, then one subgroup over their lists, was slower:
+// twice the rounds, each waiting on the winner's load of its next entry.)
 //
 // Output entries are uvec2(value bits, index).
 
@@ -56,9 +58,8 @@ uint key_value(uint key) {
 }
 
 #if defined(TOPK_MERGE)
-const uint MAX_K = 256u;
-// Each subgroup's merged list, as (key, index).
-shared uvec2 s_list[NSUB * MAX_K];
+shared uint s_key[2][64];
+shared uint s_idx[2][64];
 
 // The key and index of list entry e (0 for none).
 uvec2 entry(const uvec2 e) {
@@ -66,19 +67,12 @@ uvec2 entry(const uvec2 e) {
     return uvec2(key, key == 0u ? NONE : e.y);
 }
 
-// Whether a ranks before b.
-bool before(const uvec2 a, const uvec2 b) {
-    return a.x > b.x || (a.x == b.x && a.y < b.y);
-}
-
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.x;
     const uint lists = p.width;
-    const uint sg = gl_SubgroupID;
-    const uint lane = gl_SubgroupInvocationID;
-    // Phase A, each subgroup on its own: the lists its invocations own
-    // (lid + j * WG) merged into its list in shared memory.
+    const uint out_base = row * p.k;
+    // Heads of the lists this invocation owns (lid + j * WG), as entry().
     uint head[OWN];
     uvec2 cur[OWN];
     [[unroll]] for (uint j = 0u; j < OWN; j++) {
@@ -89,22 +83,37 @@ void main() {
     uint best_j = 0u;
     uvec2 best = uvec2(0u, NONE);
     [[unroll]] for (uint j = 0u; j < OWN; j++) {
-        if (before(cur[j], best)) {
+        if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
             best = cur[j];
             best_j = j;
         }
     }
     for (uint r = 0u; r < p.k; r++) {
         const uint m = subgroupMax(best.x);
-        if (m == 0u) {
-            for (uint j = r + lane; j < p.k; j += gl_SubgroupSize) {
-                s_list[sg * p.k + j] = uvec2(0u, NONE);
+        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
+        const uint b = r & 1u;
+        if (subgroupElect()) {
+            s_key[b][gl_SubgroupID] = m;
+            s_idx[b][gl_SubgroupID] = mi;
+        }
+        barrier();
+        uint top = 0u, top_idx = NONE;
+        for (uint s = 0u; s < gl_NumSubgroups; s++) {
+            const uint k2 = s_key[b][s], i2 = s_idx[b][s];
+            if (k2 > top || (k2 == top && i2 < top_idx)) {
+                top = k2;
+                top_idx = i2;
+            }
+        }
+        if (top == 0u) {
+            // Every candidate taken: the rest of the list is empty.
+            for (uint j = r + lid; j < p.k; j += gl_WorkGroupSize.x) {
+                data_out[out_base + j] = uvec2(NAN_BITS, NONE);
             }
             break;
         }
-        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
-        if (best.x == m && best.y == mi) {
-            s_list[sg * p.k + r] = best;
+        if (best.x == top && best.y == top_idx) {
+            data_out[out_base + r] = uvec2(key_value(top), top_idx);
             [[unroll]] for (uint j = 0u; j < OWN; j++) {
                 if (j == best_j) {
                     head[j]++;
@@ -116,59 +125,8 @@ void main() {
             best = uvec2(0u, NONE);
             best_j = 0u;
             [[unroll]] for (uint j = 0u; j < OWN; j++) {
-                if (before(cur[j], best)) {
+                if (cur[j].x > best.x || (cur[j].x == best.x && cur[j].y < best.y)) {
                     best = cur[j];
-                    best_j = j;
-                }
-            }
-        }
-    }
-    barrier();
-    if (sg != 0u) {
-        return;
-    }
-    // Phase B, subgroup 0: the subgroups' lists merged into the row's k best.
-    const uint OWN_B = 8u;   // NSUB <= 8 * subgroup size (the host's check)
-    uint hb[OWN_B];
-    uvec2 cb[OWN_B];
-    [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
-        const uint l = lane + j * gl_SubgroupSize;
-        hb[j] = 0u;
-        cb[j] = l < gl_NumSubgroups ? s_list[l * p.k] : uvec2(0u, NONE);
-    }
-    best = uvec2(0u, NONE);
-    best_j = 0u;
-    [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
-        if (before(cb[j], best)) {
-            best = cb[j];
-            best_j = j;
-        }
-    }
-    const uint out_base = row * p.k;
-    for (uint r = 0u; r < p.k; r++) {
-        const uint m = subgroupMax(best.x);
-        if (m == 0u) {
-            // Every candidate taken: the rest of the list is empty.
-            for (uint j = r + lane; j < p.k; j += gl_SubgroupSize) {
-                data_out[out_base + j] = uvec2(NAN_BITS, NONE);
-            }
-            break;
-        }
-        const uint mi = subgroupMin(best.x == m ? best.y : NONE);
-        if (best.x == m && best.y == mi) {
-            data_out[out_base + r] = uvec2(key_value(m), mi);
-            [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
-                if (j == best_j) {
-                    hb[j]++;
-                    const uint l = lane + j * gl_SubgroupSize;
-                    cb[j] = hb[j] < p.k ? s_list[l * p.k + hb[j]] : uvec2(0u, NONE);
-                }
-            }
-            best = uvec2(0u, NONE);
-            best_j = 0u;
-            [[unroll]] for (uint j = 0u; j < OWN_B; j++) {
-                if (before(cb[j], best)) {
-                    best = cb[j];
                     best_j = j;
                 }
             }

@@ -582,8 +582,6 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
 
     fn selects_logits(&self) -> bool {
         self.arch.head().is_some()
-            && (self.planner.backend(self.arch.context()) == crate::ops::plan::Backend::Host
-                || crate::ops::topk::top_k_supported(self.arch.context()))
     }
 
     fn record_stage(

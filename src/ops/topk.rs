@@ -17,7 +17,7 @@ pub const MAX_TOP_K: usize = 256;
 /// Invocations per workgroup of the first pass.
 const WG: usize = 128;
 /// Invocations per workgroup of the merge.
-const MERGE_WG: usize = 128;
+const MERGE_WG: usize = 256;
 /// Values per invocation of the first pass.
 const PER: usize = 32;
 /// Lists per invocation of the merge.
@@ -41,27 +41,9 @@ pub fn top_k_bucket(k: usize) -> Option<usize> {
     }
 }
 
-/// The smallest subgroup the kernels plan for.
-fn min_subgroup(ctx: &GpuContext) -> usize {
-    (ctx.caps().min_subgroup_size.max(4) as usize).min(WG)
-}
-
-/// Bytes of shared memory the merge holds: a list of up to [`MAX_TOP_K`]
-/// entries per subgroup.
-fn merge_shared_bytes(ctx: &GpuContext) -> usize {
-    MERGE_WG / min_subgroup(ctx) * MAX_TOP_K * 8
-}
-
-/// Whether the device runs the top-k kernels (enough shared memory for the
-/// merge's lists on its smallest subgroups); where not, samplers read
-/// whole rows.
-pub fn top_k_supported(ctx: &GpuContext) -> bool {
-    merge_shared_bytes(ctx) <= ctx.caps().max_shared_memory as usize
-}
-
 /// Lists a first-pass workgroup writes: one per subgroup the device may form.
 fn lists_per_chunk(ctx: &GpuContext) -> usize {
-    WG / min_subgroup(ctx)
+    WG / (ctx.caps().min_subgroup_size.max(4) as usize).min(WG)
 }
 
 /// The top-k of every row of `logits` into `out`.
@@ -136,20 +118,9 @@ impl TopKCall<'_> {
 /// (a list per subgroup), then a merge per row.
 ///
 /// # Errors
-/// As [`TopKCall::check`]; a device without [`top_k_supported`]; values
-/// beyond 32 bits.
+/// As [`TopKCall::check`]; values beyond 32 bits.
 pub fn record_top_k(rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
     call.check()?;
-    let ctx = call.out.context();
-    if !top_k_supported(ctx) {
-        return Err(ModelError::MissingFeature {
-            device: ctx.caps().name.clone(),
-            feature: format!(
-                "{} bytes of shared memory for the top-k merge",
-                merge_shared_bytes(ctx)
-            ),
-        });
-    }
     let x = call.logits;
     if x.rows == 0 {
         return Ok(());
@@ -182,12 +153,7 @@ pub fn record_top_k(rec: &mut Recording, call: &TopKCall<'_>) -> Result<()> {
     };
     rec.dispatch(
         Kernel::TopkMerge,
-        &[
-            MERGE_WG as u32,
-            PER as u32,
-            (MERGE_WG / min_subgroup(call.out.context())) as u32,
-            OWN as u32,
-        ],
+        &[MERGE_WG as u32, PER as u32, nsub as u32, OWN as u32],
         &[
             Binding::read(x.buf),
             Binding::read(call.scratch),
