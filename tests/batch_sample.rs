@@ -212,3 +212,51 @@ fn session_sampling_draws_as_the_host() {
         }
     }
 }
+
+/// After a step that drew on the device, `Session::sample` draws again
+/// from the candidates it kept (what `generate` continues from after a
+/// stop), the same token a read row gives; a sampler needing more of the
+/// row than was kept is refused.
+#[test]
+fn session_sample_after_a_device_step() {
+    let mut rng = Rng::fresh("session_sample_again");
+    let m = model(rng.next_u64(), Backend::Vulkan);
+    let n_vocab = m.spec().n_vocab;
+    let prompt: Vec<u32> = (0..4).map(|_| rng.below(n_vocab) as u32).collect();
+    let opts = SessionOptions {
+        n_ctx: 32,
+        ..Default::default()
+    };
+    let chain = SamplerOptions {
+        seed: rng.next_u64(),
+        ..Default::default()
+    };
+    let (mut a, mut b) = (
+        Session::new(m.clone(), &opts).expect("session"),
+        Session::new(m.clone(), &opts).expect("session"),
+    );
+    let (mut sa, mut sb) = (
+        Sampler::new(chain.clone()).expect("sampler"),
+        Sampler::new(chain.clone()).expect("sampler"),
+    );
+    a.prefill(&prompt).expect("prefill");
+    b.prefill(&prompt).expect("prefill");
+    let t = a.sample(&mut sa).expect("sample from logits");
+    assert_eq!(t, sb.sample(b.logits()));
+    // a draws with its step; b reads the row.
+    let ta = a.decode_sample(t, &mut sa).expect("decode and sample");
+    b.decode(t).expect("decode");
+    assert_eq!(ta, sb.sample(b.logits()));
+    assert!(a.logits().is_empty());
+    // Again from the same step: a from its kept candidates.
+    assert_eq!(
+        a.sample(&mut sa).expect("sample again"),
+        sb.sample(b.logits())
+    );
+    let mut wider = Sampler::new(SamplerOptions {
+        top_k: 200,
+        ..chain
+    })
+    .expect("sampler");
+    assert!(a.sample(&mut wider).is_err());
+}
