@@ -47,8 +47,8 @@ pub struct BenchArgs {
     /// the chain allows). With a sampler, `tg` also reports the same steps
     /// drawing on the host from the whole row (`tg_host`), and `--batch`
     /// steps draw every sequence's token.
-    #[arg(long, default_value = "logits", value_parser = parse_batch_sampler)]
-    sampler: BatchSampler,
+    #[arg(long, default_value = "logits", value_parser = parse_sampler)]
+    sampler: SamplerChoice,
     /// How the host waits for the GPU: `poll` or `block` (default: combs' choice).
     #[arg(long, value_parser = parse_wait)]
     wait: Option<WaitMode>,
@@ -56,25 +56,25 @@ pub struct BenchArgs {
 
 /// How decode steps end (`--sampler`).
 #[derive(Clone, Debug)]
-pub struct BatchSampler {
+pub struct SamplerChoice {
     /// The name given.
     pub name: &'static str,
     /// The sampler of each sequence, or none: logits read back.
     pub options: Option<combs::runtime::SamplerOptions>,
 }
 
-fn parse_batch_sampler(s: &str) -> Result<BatchSampler, String> {
+fn parse_sampler(s: &str) -> Result<SamplerChoice, String> {
     use combs::runtime::SamplerOptions;
     match s {
-        "logits" => Ok(BatchSampler {
+        "logits" => Ok(SamplerChoice {
             name: "logits",
             options: None,
         }),
-        "greedy" => Ok(BatchSampler {
+        "greedy" => Ok(SamplerChoice {
             name: "greedy",
             options: Some(SamplerOptions::greedy()),
         }),
-        "default" => Ok(BatchSampler {
+        "default" => Ok(SamplerChoice {
             name: "default",
             options: Some(SamplerOptions::default()),
         }),
