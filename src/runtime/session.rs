@@ -69,13 +69,12 @@ pub struct Session {
     /// of the runner's readback buffer, read in place (while the session
     /// holds it, the runner writes its next steps elsewhere).
     lent: Option<HostRows<f32>>,
-    /// The last step's logits stayed on the device: a batched step drew
-    /// this session's token from its best logits only
-    /// ([`crate::runtime::Model::decode_batch_sample`]).
-    sampled: bool,
-    /// After such a step: the best logits it selected (`(token, logit)`,
-    /// best first) and how many were asked for, for [`Self::sample`].
-    candidates: (usize, Vec<(u32, f32)>),
+    /// When the last step's logits stayed on the device (a step that drew
+    /// its token from its best logits only, [`Self::decode_sample`] or
+    /// [`crate::runtime::Model::decode_batch_sample`]): how many it
+    /// selected and those (`(token, logit)`, best first), for
+    /// [`Self::sample`].
+    kept: Option<(usize, Vec<(u32, f32)>)>,
     n_batch: usize,
     /// Staging of caller-given input rows of one forward call (made on
     /// first use, `n_batch` rows of `n_embd`).
@@ -140,8 +139,7 @@ impl Session {
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
             lent: None,
-            sampled: false,
-            candidates: (0, Vec::new()),
+            kept: None,
             model,
             cache,
             scratch,
@@ -190,7 +188,7 @@ impl Session {
     /// ([`crate::runtime::Model::decode_batch_sample`]), whose logits were
     /// never read back.
     pub fn logits(&self) -> &[f32] {
-        if self.sampled {
+        if self.kept.is_some() {
             return &[];
         }
         if let Some(v) = self.lent.as_ref().and_then(|l| l.as_slice().ok()) {
@@ -237,8 +235,7 @@ impl Session {
             tokens: self.tokens.clone(),
             logits: self.logits.clone(),
             lent: self.lent.clone(),
-            sampled: self.sampled,
-            candidates: self.candidates.clone(),
+            kept: self.kept.clone(),
             n_batch: self.n_batch,
             embed_rows: None,
             split,
@@ -263,7 +260,7 @@ impl Session {
         // logits: one copy of the row.
         read_logit_row(self.model.as_ref(), s, row, &mut self.logits)?;
         self.lent = None;
-        self.sampled = false;
+        self.kept = None;
         self.tokens.extend_from_slice(tokens);
         Ok(())
     }
@@ -272,7 +269,7 @@ impl Session {
     /// them, read in place until this session's next evaluation.
     pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: HostRows<f32>) {
         self.lent = Some(logits);
-        self.sampled = false;
+        self.kept = None;
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -285,8 +282,7 @@ impl Session {
         candidates: Vec<(u32, f32)>,
     ) {
         self.lent = None;
-        self.sampled = true;
-        self.candidates = (k, candidates);
+        self.kept = Some((k, candidates));
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -298,10 +294,9 @@ impl Session {
     /// After a device-sampled step, a sampler needing more of the row than
     /// that step selected (a chain without top-k, a larger top-k).
     pub fn sample(&self, sampler: &mut Sampler) -> Result<u32> {
-        if !self.sampled {
+        let Some((k, list)) = &self.kept else {
             return Ok(sampler.sample(self.logits()));
-        }
-        let (k, list) = &self.candidates;
+        };
         match sampler.candidates_needed() {
             Some(need) if need <= *k => Ok(sampler.sample_candidates(list)),
             _ => Err(ModelError::invalid(
@@ -390,8 +385,8 @@ impl Session {
         let spans = self.check_spans(tokens.len(), rows)?;
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
-        let was_sampled = self.sampled;
-        let saved = if multi && !was_sampled {
+        let kept = self.kept.clone();
+        let saved = if multi && kept.is_none() {
             self.logits().to_vec()
         } else {
             Vec::new()
@@ -405,11 +400,11 @@ impl Session {
                 // page pool runs out part way through a long one).
                 if multi {
                     let _ = self.rewind(start);
-                    if !was_sampled {
+                    if kept.is_none() {
                         self.logits = saved;
                     }
                     self.lent = None;
-                    self.sampled = was_sampled;
+                    self.kept = kept;
                 }
                 return Err(e);
             }
@@ -557,7 +552,7 @@ impl Session {
         self.logits = logits;
         done?;
         self.lent = None;
-        self.sampled = false;
+        self.kept = None;
         self.commit(n);
         self.tokens.extend_from_slice(chunk);
         Ok(())
@@ -623,13 +618,9 @@ impl Session {
             self.decode(token)?;
             return Ok(sampler.sample(self.logits()));
         };
-        self.check_tokens(&[token])?;
-        let pos = self.tokens.len();
-        self.reserve(1)?;
-        self.write_inputs(&[token], pos)?;
+        self.begin_token(token)?;
         if self.sample_step.as_ref().is_none_or(|st| st.k != k) {
             self.sample_step = None;
-            self.prepare_pipelines(1);
             let ctx = self.model.context().clone();
             let n_vocab = self.model.spec().n_vocab;
             let lists = Buffer::new(
@@ -644,13 +635,8 @@ impl Session {
                 MemoryKind::Readback,
                 "top-k candidates",
             )?;
-            let mut rec = Recording::new(&ctx, false)?;
-            self.model.record_embed(&mut rec, &self.scratch, 1)?;
-            self.model
-                .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
-            self.model
-                .record_logits_top_k(&mut rec, &self.scratch, 1, k, &lists, &out)?;
-            rec.finish()?;
+            let rec = self
+                .record_token_step(|m, rec, s| m.record_logits_top_k(rec, s, 1, k, &lists, &out))?;
             self.sample_step = Some(SampleStep { k, rec, out });
         }
         let step = self
@@ -661,11 +647,36 @@ impl Session {
         let mut words = vec![0u32; k * 2];
         step.out.read_slice(0, &mut words)?;
         self.lent = None;
-        self.sampled = true;
-        self.candidates = (k, decode_top_k(&words));
+        let list = decode_top_k(&words);
+        let t = sampler.sample_candidates(&list);
+        self.kept = Some((k, list));
         self.cache.commit(1);
         self.tokens.push(token);
-        Ok(sampler.sample_candidates(&self.candidates.1))
+        Ok(t)
+    }
+
+    /// Checks `token`, reserves its position and writes the step's inputs.
+    fn begin_token(&mut self, token: u32) -> Result<()> {
+        self.check_tokens(&[token])?;
+        let pos = self.tokens.len();
+        self.reserve(1)?;
+        self.write_inputs(&[token], pos)
+    }
+
+    /// Records a one-token step on the first device: the embedding, the
+    /// blocks, and `head` (how the step ends: the logits, or their top-k).
+    fn record_token_step(
+        &mut self,
+        head: impl FnOnce(&dyn GenerativeModel, &mut Recording, &Scratch) -> Result<()>,
+    ) -> Result<Recording> {
+        self.prepare_pipelines(1);
+        let mut rec = Recording::new(self.model.context(), false)?;
+        self.model.record_embed(&mut rec, &self.scratch, 1)?;
+        self.model
+            .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
+        head(self.model.as_ref(), &mut rec, &self.scratch)?;
+        rec.finish()?;
+        Ok(rec)
     }
 
     /// Evaluates one token (a replay of the recorded decode step).
@@ -673,10 +684,7 @@ impl Session {
     /// # Errors
     /// Token out of range, context full, or a device error.
     pub fn decode(&mut self, token: u32) -> Result<()> {
-        self.check_tokens(&[token])?;
-        let pos = self.tokens.len();
-        self.reserve(1)?;
-        self.write_inputs(&[token], pos)?;
+        self.begin_token(token)?;
         if let Some(split) = &mut self.split {
             split.decode(self.cache.as_ref(), &self.scratch)?;
             let scratch = split
@@ -684,19 +692,13 @@ impl Session {
                 .ok_or_else(|| ModelError::Internal("split without a last stage".into()))?;
             read_logit_row(self.model.as_ref(), scratch, 0, &mut self.logits)?;
             self.lent = None;
-            self.sampled = false;
+            self.kept = None;
             self.commit(1);
             self.tokens.push(token);
             return Ok(());
         }
         if self.decode_step.is_none() {
-            self.prepare_pipelines(1);
-            let mut rec = Recording::new(self.model.context(), false)?;
-            self.model.record_embed(&mut rec, &self.scratch, 1)?;
-            self.model
-                .record_blocks(&mut rec, &self.scratch, self.cache.as_ref(), 1)?;
-            self.model.record_logits(&mut rec, &self.scratch, 0, 1, 0)?;
-            rec.finish()?;
+            let rec = self.record_token_step(|m, rec, s| m.record_logits(rec, s, 0, 1, 0))?;
             self.decode_step = Some(rec);
         }
         let step = self
@@ -706,7 +708,7 @@ impl Session {
         step.submit_and_wait()?;
         read_logit_row(self.model.as_ref(), &self.scratch, 0, &mut self.logits)?;
         self.lent = None;
-        self.sampled = false;
+        self.kept = None;
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())
