@@ -30,6 +30,19 @@ unsafe fn batch_args<'a>(
     Ok((m, unsafe { array(sessions, n, "sessions") }?))
 }
 
+/// Checks that no pointer of the array `name` is NULL or listed twice.
+fn distinct_handles<T>(ptrs: &[*mut T], name: &'static str) -> FfiResult<()> {
+    for (i, &p) in ptrs.iter().enumerate() {
+        if p.is_null() {
+            return Err(invalid(name, format!("{name}[{i}] is NULL")));
+        }
+        if ptrs[..i].contains(&p) {
+            return Err(invalid(name, format!("{name}[{i}] is listed twice")));
+        }
+    }
+    Ok(())
+}
+
 /// Checks the session pointers of a batch call and borrows the sessions.
 ///
 /// # Safety
@@ -38,17 +51,9 @@ unsafe fn batch_sessions<'a>(
     m: &combs_model,
     ptrs: &[*mut combs_session],
 ) -> FfiResult<Vec<&'a mut combs_session>> {
+    distinct_handles(ptrs, "sessions")?;
     let mut out = Vec::with_capacity(ptrs.len());
     for (i, &sp) in ptrs.iter().enumerate() {
-        if sp.is_null() {
-            return Err(invalid("sessions", format!("sessions[{i}] is NULL")));
-        }
-        if ptrs[..i].contains(&sp) {
-            return Err(invalid(
-                "sessions",
-                format!("sessions[{i}] is listed twice"),
-            ));
-        }
         // SAFETY: non-NULL, live and unaliased (checked above) per the contract.
         let s = unsafe { &mut *sp };
         if !Arc::ptr_eq(&s.model, &m.model) {
@@ -165,20 +170,12 @@ pub unsafe extern "C" fn combs_batch_decode_sample(
         if out.is_null() {
             return Err(invalid("out", format!("is NULL but {n} tokens are drawn")));
         }
-        let mut smps: Vec<&mut Sampler> = Vec::with_capacity(n);
-        for (i, &sp) in sps.iter().enumerate() {
-            if sp.is_null() {
-                return Err(invalid("samplers", format!("samplers[{i}] is NULL")));
-            }
-            if sps[..i].contains(&sp) {
-                return Err(invalid(
-                    "samplers",
-                    format!("samplers[{i}] is listed twice"),
-                ));
-            }
+        distinct_handles(sps, "samplers")?;
+        let mut smps: Vec<&mut Sampler> = sps
+            .iter()
             // SAFETY: non-NULL, live and unaliased (checked above) per the contract.
-            smps.push(unsafe { &mut (*sp).sampler });
-        }
+            .map(|&sp| unsafe { &mut (*sp).sampler })
+            .collect();
         // SAFETY: per this function's contract.
         let mut ss = unsafe { batch_sessions(m, ptrs) }?;
         let ids = self::tokens(ts, m.model.spec().n_vocab, "tokens")?;

@@ -47,6 +47,20 @@ pub(crate) fn is_cpu(ctx: &GpuContext) -> bool {
     ctx.caps().class() == DeviceClass::Cpu
 }
 
+/// Whether `buf` holds `bytes`.
+///
+/// # Errors
+/// `BufferTooSmall` when it does not.
+pub(crate) fn room(buf: &crate::gpu::Buffer, bytes: u64) -> crate::Result<()> {
+    if buf.size() < bytes {
+        return Err(crate::ModelError::BufferTooSmall {
+            needed: bytes as usize,
+            got: buf.size() as usize,
+        });
+    }
+    Ok(())
+}
+
 /// Converts a size to the u32 a push constant carries.
 ///
 /// # Errors

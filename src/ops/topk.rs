@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::params::TopKParams;
-use super::{Mat, pc_u32};
+use super::{Mat, pc_u32, room};
 use crate::error::{ModelError, Result};
 use crate::gpu::{Binding, Buffer, GpuContext, Kernel, Recording};
 
@@ -96,18 +96,8 @@ impl TopKCall<'_> {
                 ),
             ));
         }
-        let need = |b: &Buffer, bytes: u64| {
-            if b.size() < bytes {
-                Err(ModelError::BufferTooSmall {
-                    needed: bytes as usize,
-                    got: b.size() as usize,
-                })
-            } else {
-                Ok(())
-            }
-        };
-        need(self.out, (rows * self.k * 8) as u64)?;
-        need(
+        room(self.out, (rows * self.k * 8) as u64)?;
+        room(
             self.scratch,
             top_k_scratch_bytes(ctx, rows, self.logits.cols, self.k),
         )

@@ -54,6 +54,16 @@ enum PassOutput {
     TopK(usize),
 }
 
+/// Each session's next token drawn by its sampler from its whole row of
+/// logits (after a step that read them back).
+pub(crate) fn sample_rows(sessions: &[&mut Session], samplers: &mut [&mut Sampler]) -> Vec<u32> {
+    samplers
+        .iter_mut()
+        .zip(sessions)
+        .map(|(sm, s)| sm.sample(s.logits()))
+        .collect()
+}
+
 /// Buffers and recorded decode steps for batched calls on one model.
 pub struct BatchRunner {
     model: Arc<dyn GenerativeModel>,
@@ -207,11 +217,7 @@ impl BatchRunner {
             }
             _ => {
                 self.decode(sessions, tokens)?;
-                Ok(samplers
-                    .iter_mut()
-                    .zip(sessions.iter())
-                    .map(|(sm, s)| sm.sample(s.logits()))
-                    .collect())
+                Ok(sample_rows(sessions, samplers))
             }
         }
     }

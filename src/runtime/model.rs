@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::batch::BatchRunner;
+use super::batch::{BatchRunner, sample_rows};
 use super::sampler::Sampler;
 use super::session::{Session, SessionOptions};
 use crate::error::{ModelError, Result};
@@ -225,11 +225,7 @@ impl Model {
             return self.with_batch(0, |b| b.decode_sample(sessions, tokens, samplers));
         }
         self.decode_batch(sessions, tokens)?;
-        Ok(samplers
-            .iter_mut()
-            .zip(sessions.iter())
-            .map(|(sm, s)| sm.sample(s.logits()))
-            .collect())
+        Ok(sample_rows(sessions, samplers))
     }
 
     /// Evaluates `prompts[i]` after what `sessions[i]` holds, the prompts

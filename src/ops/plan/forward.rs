@@ -24,7 +24,7 @@ use crate::ops::linear::{FoldedRope, Input, Linear, LinearCall, Output, SquareSu
 use crate::ops::rms_norm::{NormOut, NormWeight, RmsNormCall};
 use crate::ops::rope::{Rope, RopeCall};
 use crate::ops::topk::TopKCall;
-use crate::ops::{AnyMat, Mat};
+use crate::ops::{AnyMat, Mat, room};
 use crate::quant::QuantWeight;
 
 /// The recorder of one forward call of `n` tokens.
@@ -629,17 +629,6 @@ impl<'r, 'a> Forward<'r, 'a> {
         }
         Ok(())
     }
-}
-
-/// Whether `buf` holds `bytes`, the stream or rows a copy moves.
-fn room(buf: &Buffer, bytes: u64) -> Result<()> {
-    if buf.size() < bytes {
-        return Err(ModelError::BufferTooSmall {
-            needed: bytes as usize,
-            got: buf.size() as usize,
-        });
-    }
-    Ok(())
 }
 
 /// The product input reading what a step wrote.
