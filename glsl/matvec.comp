@@ -74,20 +74,27 @@ layout(binding = 6) readonly buffer F { float inv_freq[]; };
 
 #if FAST_PATH
 // 1 + n / 16 for the low (hi = 0) or high (hi = 1) nibble of each byte of w.
+// Two nibbles at a time land in the top mantissa bits of two f16 1.0s (one
+// shift and one mask per pair, against one each per value for f32 1.0s: the
+// integer pipe, half the width of the float one on NVIDIA, bound the 8B's
+// matvecs) and widen to the same exact f32 values.
 vec4 nibbles_unit(uint w, const uint hi) {
-    const uvec4 s = hi == 0u ? uvec4(w << 19, w << 11, w << 3, w >> 5)
-                             : uvec4(w << 15, w << 7, w >> 1, w >> 9);
-    return uintBitsToFloat((s & 0x00780000u) | 0x3F800000u);
+    const uint a = hi == 0u ? w << 6 : w << 2;   // bytes 0 and 2
+    const uint b = hi == 0u ? w >> 2 : w >> 6;   // bytes 1 and 3
+    const vec2 ea = unpackHalf2x16((a & 0x03C003C0u) | 0x3C003C00u);
+    const vec2 eb = unpackHalf2x16((b & 0x03C003C0u) | 0x3C003C00u);
+    return vec4(ea.x, eb.x, ea.y, eb.y);
 }
 
 #if defined(DATA_A_Q4_K)
 #include "common/q4k_scales.glsl"
 #endif
 
-// 1 + u / 256 for each byte u of w.
+// 1 + u / 256 for each byte u of w (pairs in f16, as nibbles_unit).
 vec4 bytes_unit(uint w) {
-    const uvec4 s = uvec4(w << 15, w << 7, w >> 1, w >> 9);
-    return uintBitsToFloat((s & 0x007F8000u) | 0x3F800000u);
+    const vec2 ea = unpackHalf2x16(((w << 2) & 0x03FC03FCu) | 0x3C003C00u);
+    const vec2 eb = unpackHalf2x16(((w >> 6) & 0x03FC03FCu) | 0x3C003C00u);
+    return vec4(ea.x, eb.x, ea.y, eb.y);
 }
 #endif
 
