@@ -149,23 +149,32 @@ float dequant_elem(uint nb, uint ib, uint e) {
 
 #define SUBS (QK >= 32 ? QK / 32 : 1)
 
+// Bytes 0..3 of `a`, masked by `m2` (a mask below 0x100, in both halves),
+// as exact floats: each pair lands in the mantissas of two f16 1024.0s (one
+// mask for two values) and widens to f32, where taking the 1024 away is
+// exact. NVIDIA converts an integer to float at a quarter of the float rate.
+vec4 pairs4(uint a, uint m2) {
+    const vec2 e = unpackHalf2x16((a & m2) | 0x64006400u);         // bytes 0, 2
+    const vec2 o = unpackHalf2x16(((a >> 8) & m2) | 0x64006400u);  // bytes 1, 3
+    return vec4(e.x, o.x, e.y, o.y) - 1024.0;
+}
+
 vec4 nib4(uint w, uint shift) {
-    return vec4((w >> shift) & 0xFu, (w >> (shift + 8u)) & 0xFu,
-                (w >> (shift + 16u)) & 0xFu, (w >> (shift + 24u)) & 0xFu);
+    return pairs4(w >> shift, 0x000F000Fu);
 }
 
 vec4 byte4(uint w) {
-    return vec4(w & 0xFFu, (w >> 8) & 0xFFu, (w >> 16) & 0xFFu, w >> 24);
+    return pairs4(w, 0x00FF00FFu);
 }
 
+// Signed bytes: offset to unsigned, taken back after the conversion.
 vec4 sbyte4(uint w) {
-    return vec4(ivec4(int(w << 24) >> 24, int(w << 16) >> 24, int(w << 8) >> 24, int(w) >> 24));
+    return pairs4(w ^ 0x80808080u, 0x00FF00FFu) - 128.0;
 }
 
-// 4 bits of each byte of w, starting at bit `bit` of byte k -> component k.
+// `mask` (below 0x100) of each byte of w from bit `bit` of byte k -> component k.
 vec4 bits4(uint w, uint bit, uint mask) {
-    return vec4((w >> bit) & mask, (w >> (bit + 8u)) & mask,
-                (w >> (bit + 16u)) & mask, (w >> (bit + 24u)) & mask);
+    return pairs4(w >> bit, mask | (mask << 16));
 }
 
 void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
