@@ -14,10 +14,10 @@
 // serves them all): narrow groups (TPR 8) with many rows per subgroup read x
 // far less often than one wide group per row.
 //
-// Q4_0, Q4_1, Q8_0 and Q4_K take a fast path that never converts an integer
-// to float (a quarter-rate instruction on NVIDIA, which bound the generic
-// path at 8B): each quant q lands in the top mantissa bits of 1.0f, giving
-// the exact float 1 + q / 2^b with one shift and one mask, and the dot
+// Q4_0, Q4_1, Q8_0, Q4_K and Q6_K take a fast path that never converts an
+// integer to float (a quarter-rate instruction on NVIDIA, which bound the
+// generic path at 8B): each quant q lands in the top mantissa bits of 1.0
+// (two at a time, in f16), giving the exact float 1 + q / 2^b, and the dot
 // product sum(v * x) is corrected with the sum of x (see unit_dot).
 //
 // Optional, by p.flags (iface/matvec.glsl):
@@ -68,9 +68,17 @@ layout(binding = 6) readonly buffer F { float inv_freq[]; };
 #endif
 #define UVEC4 (8 * USUBS)
 
-#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K)
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K) || defined(DATA_A_Q6_K)
 #define FAST_PATH 1
 #endif
+// Partial sums of x per unit the fast path corrects with: one per 32
+// columns, Q6_K one per 16 (a scale each).
+#if defined(DATA_A_Q6_K)
+#define SXN 2
+#else
+#define SXN USUBS
+#endif
+#define SXV (UVEC4 / SXN)   // vec4s of x per partial sum
 
 #if FAST_PATH
 // 1 + n / 16 for the low (hi = 0) or high (hi = 1) nibble of each byte of w.
@@ -90,6 +98,13 @@ vec4 nibbles_unit(uint w, const uint hi) {
 #include "common/q4k_scales.glsl"
 #endif
 
+// 1 + q / 64 for the 6-bit value q in each byte of w (pairs in f16).
+vec4 six_bits_unit(uint w) {
+    const vec2 ea = unpackHalf2x16(((w << 4) & 0x03F003F0u) | 0x3C003C00u);
+    const vec2 eb = unpackHalf2x16(((w >> 4) & 0x03F003F0u) | 0x3C003C00u);
+    return vec4(ea.x, eb.x, ea.y, eb.y);
+}
+
 // 1 + u / 256 for each byte u of w (pairs in f16, as nibbles_unit).
 vec4 bytes_unit(uint w) {
     const vec2 ea = unpackHalf2x16(((w << 2) & 0x03FC03FCu) | 0x3C003C00u);
@@ -99,8 +114,8 @@ vec4 bytes_unit(uint w) {
 #endif
 
 // Contribution of unit u (of `units` per row) of row `row` against x values
-// xv; sx[i] = sum of the 32 x values of sub-block i of the unit.
-float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float sx[USUBS]) {
+// xv; sx[i] = sum of the x values under partial sum i (SXV vec4s each).
+float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float sx[SXN]) {
 #if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1)
     // Block = unit. Byte j holds column j (low nibble) and j + 16 (high).
     const uint ib = row * units + u;
@@ -166,6 +181,31 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     const float dl0 = d * float(sm0.x), dl1 = d * float(sm1.x);
     return dl0 * 16.0 * (s0 - sx[0]) - dmin * float(sm0.y) * sx[0]
          + dl1 * 16.0 * (s1 - sx[1]) - dmin * float(sm1.y) * sx[1];
+#elif defined(DATA_A_Q6_K)
+    // Unit = sub-block u % 8 of block u / 8 (dequant_sub32's layout): 32
+    // low nibbles from 8 words of ql, 2 high bits each from 8 words of qh,
+    // a signed 8-bit scale per 16 columns.
+    const uint ib = row * (units / 8u) + u / 8u;
+    const uint part = u % 8u;
+    const uint n = part >> 2, quarter = part & 3u;
+    const uint ql = (ib * PLANE0_WORDS + n * 16u + (quarter & 1u) * 8u) / 4u;
+    const uint qh = (p.nb * PLANE0_WORDS + ib * PLANE1_WORDS + n * 8u) / 4u;
+    const uint ls = 4u * (quarter >> 1), hs = 2u * quarter;
+    const uvec4 l0 = data_a4[ql] >> ls, l1 = data_a4[ql + 1u] >> ls;
+    const uvec4 h0 = data_a4[qh] >> hs, h1 = data_a4[qh + 1u] >> hs;
+    float s0 = 0.0, s1 = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        const uint q0 = (l0[i] & 0x0F0F0F0Fu) | ((h0[i] << 4) & 0x30303030u);
+        const uint q1 = (l1[i] & 0x0F0F0F0Fu) | ((h1[i] << 4) & 0x30303030u);
+        s0 += dot(six_bits_unit(q0), xv[i]);
+        s1 += dot(six_bits_unit(q1), xv[i + 4u]);
+    }
+    // Bytes n * 8 + 2 quarter and the next of the scales: one word.
+    const uint sw = data_a[p.nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS + 2u * n + quarter / 2u]
+                  >> (16u * (quarter & 1u));
+    const float sc0 = float(int(sw << 24) >> 24), sc1 = float(int(sw << 16) >> 24);
+    // s = sx + sum(q x) / 64; sum((q - 32) x) = 64 s - 96 sx
+    return a_scale(p.nb, ib, 0u) * (sc0 * (64.0 * s0 - 96.0 * sx[0]) + sc1 * (64.0 * s1 - 96.0 * sx[1]));
 #else
     vec4 w[8];
     dequant_sub32(p.nb, row * units + u, w);
@@ -289,12 +329,12 @@ void main() {
                         acc[NR] += (sq.x + sq.y) + (sq.z + sq.w);
                     }
                 }
-                float sx[USUBS];
+                float sx[SXN];
 #if FAST_PATH
-                [[unroll]] for (uint h = 0u; h < USUBS; h++) {
+                [[unroll]] for (uint h = 0u; h < SXN; h++) {
                     vec4 t = vec4(0.0);
-                    [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                        t += xv[8u * h + j];
+                    [[unroll]] for (uint j = 0u; j < SXV; j++) {
+                        t += xv[SXV * h + j];
                     }
                     sx[h] = (t.x + t.y) + (t.z + t.w);
                 }
