@@ -14,7 +14,7 @@
 // serves them all): narrow groups (TPR 8) with many rows per subgroup read x
 // far less often than one wide group per row.
 //
-// Q4_0, Q4_1, Q8_0, Q4_K and Q6_K take a fast path that never converts an
+// Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K take a fast path that never converts an
 // integer to float (a quarter-rate instruction on NVIDIA, which bound the
 // generic path at 8B): each quant q lands in the top mantissa bits of 1.0
 // (two at a time, in f16), giving the exact float 1 + q / 2^b, and the dot
@@ -68,7 +68,8 @@ layout(binding = 6) readonly buffer F { float inv_freq[]; };
 #endif
 #define UVEC4 (8 * USUBS)
 
-#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K) || defined(DATA_A_Q6_K)
+#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K) \
+    || defined(DATA_A_Q5_K) || defined(DATA_A_Q6_K)
 #define FAST_PATH 1
 #endif
 // Partial sums of x per unit the fast path corrects with: one per 32
@@ -94,9 +95,16 @@ vec4 nibbles_unit(uint w, const uint hi) {
     return vec4(ea.x, eb.x, ea.y, eb.y);
 }
 
-#if defined(DATA_A_Q4_K)
+#if defined(DATA_A_Q4_K) || defined(DATA_A_Q5_K)
 #include "common/q4k_scales.glsl"
 #endif
+
+// 1 + q / 32 for the 5-bit value q in each byte of w (pairs in f16).
+vec4 five_bits_unit(uint w) {
+    const vec2 ea = unpackHalf2x16(((w << 5) & 0x03E003E0u) | 0x3C003C00u);
+    const vec2 eb = unpackHalf2x16(((w >> 3) & 0x03E003E0u) | 0x3C003C00u);
+    return vec4(ea.x, eb.x, ea.y, eb.y);
+}
 
 // 1 + q / 64 for the 6-bit value q in each byte of w (pairs in f16).
 vec4 six_bits_unit(uint w) {
@@ -181,6 +189,27 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     const float dl0 = d * float(sm0.x), dl1 = d * float(sm1.x);
     return dl0 * 16.0 * (s0 - sx[0]) - dmin * float(sm0.y) * sx[0]
          + dl1 * 16.0 * (s1 - sx[1]) - dmin * float(sm1.y) * sx[1];
+#elif defined(DATA_A_Q5_K)
+    // Unit = sub-block u % 8 of block u / 8 (dequant_sub32's layout): the
+    // low (even sub-blocks) or high (odd) nibbles of the 32 bytes at 32 j64
+    // of qs, and bit `sub` of each of qh's 32 bytes as the fifth bit.
+    const uint ib = row * (units / 8u) + u / 8u;
+    const uint sub = u % 8u;
+    const uint ql = (ib * PLANE0_WORDS + 8u * (sub / 2u)) / 4u;
+    const uint qh = (p.nb * PLANE0_WORDS + ib * PLANE1_WORDS) / 4u;
+    const uint ls = 4u * (sub & 1u);
+    const uvec4 l0 = data_a4[ql] >> ls, l1 = data_a4[ql + 1u] >> ls;
+    const uvec4 h0 = data_a4[qh] >> sub, h1 = data_a4[qh + 1u] >> sub;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        const uint q0 = (l0[i] & 0x0F0F0F0Fu) | ((h0[i] << 4) & 0x10101010u);
+        const uint q1 = (l1[i] & 0x0F0F0F0Fu) | ((h1[i] << 4) & 0x10101010u);
+        s += dot(five_bits_unit(q0), xv[i]) + dot(five_bits_unit(q1), xv[i + 4u]);
+    }
+    const uvec2 sm = scale_min_words(scale_words(ib), sub);
+    // w = dl q - ml; sum(q x) = 32 (s - sx)
+    return a_scale(p.nb, ib, 0u) * float(sm.x) * 32.0 * (s - sx[0])
+         - a_scale(p.nb, ib, 1u) * float(sm.y) * sx[0];
 #elif defined(DATA_A_Q6_K)
     // Unit = sub-block u % 8 of block u / 8 (dequant_sub32's layout): 32
     // low nibbles from 8 words of ql, 2 high bits each from 8 words of qh,

@@ -16,6 +16,10 @@ uvec2 scale_min_words(uvec3 w, uint j) {
 }
 
 uvec3 scale_words(uint ib) {
+#if defined(DATA_A_Q5_K)
+    const uint sw = p.nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS;  // after qs, qh
+#else
     const uint sw = p.nb * PLANE0_WORDS + ib * PLANE1_WORDS;
+#endif
     return uvec3(data_a[sw], data_a[sw + 1u], data_a[sw + 2u]);
 }
