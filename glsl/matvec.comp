@@ -14,7 +14,7 @@
 // serves them all): narrow groups (TPR 8) with many rows per subgroup read x
 // far less often than one wide group per row.
 //
-// Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K take a fast path that never converts an
+// Every quantized format takes a fast path that never converts an
 // integer to float (a quarter-rate instruction on NVIDIA, which bound the
 // generic path at 8B): each quant q lands in the top mantissa bits of 1.0
 // (two at a time, in f16), giving the exact float 1 + q / 2^b, and the dot
@@ -68,13 +68,12 @@ layout(binding = 6) readonly buffer F { float inv_freq[]; };
 #endif
 #define UVEC4 (8 * USUBS)
 
-#if defined(DATA_A_Q4_0) || defined(DATA_A_Q4_1) || defined(DATA_A_Q8_0) || defined(DATA_A_Q4_K) \
-    || defined(DATA_A_Q5_K) || defined(DATA_A_Q6_K)
+#if !defined(DATA_A_F32) && !defined(DATA_A_F16) && !defined(DATA_A_BF16)
 #define FAST_PATH 1
 #endif
 // Partial sums of x per unit the fast path corrects with: one per 32
-// columns, Q6_K one per 16 (a scale each).
-#if defined(DATA_A_Q6_K)
+// columns; the K-quants with a scale per 16 columns one per 16.
+#if defined(DATA_A_Q2_K) || defined(DATA_A_Q3_K) || defined(DATA_A_Q6_K)
 #define SXN 2
 #else
 #define SXN USUBS
@@ -82,43 +81,39 @@ layout(binding = 6) readonly buffer F { float inv_freq[]; };
 #define SXV (UVEC4 / SXN)   // vec4s of x per partial sum
 
 #if FAST_PATH
-// 1 + n / 16 for the low (hi = 0) or high (hi = 1) nibble of each byte of w.
-// Two nibbles at a time land in the top mantissa bits of two f16 1.0s (one
-// shift and one mask per pair, against one each per value for f32 1.0s: the
-// integer pipe, half the width of the float one on NVIDIA, bound the 8B's
-// matvecs) and widen to the same exact f32 values.
-vec4 nibbles_unit(uint w, const uint hi) {
-    const uint a = hi == 0u ? w << 6 : w << 2;   // bytes 0 and 2
-    const uint b = hi == 0u ? w >> 2 : w >> 6;   // bytes 1 and 3
-    const vec2 ea = unpackHalf2x16((a & 0x03C003C0u) | 0x3C003C00u);
-    const vec2 eb = unpackHalf2x16((b & 0x03C003C0u) | 0x3C003C00u);
+// 1 + q / 2^b for the low b bits q (2 <= b <= 8) of each byte of w. Two
+// values at a time land in the top mantissa bits of two f16 1.0s (one
+// shift and one mask per pair, against one each per value for f32 1.0s,
+// and no integer-to-float conversion: the integer pipe, half the width of
+// the float one on NVIDIA, bound the 8B's matvecs) and widen to the same
+// exact f32 values. The bits above b of each byte fall outside the masks.
+vec4 bits_unit(uint w, const uint b) {
+    const uint m = ((1u << b) - 1u) << (10u - b);
+    const uint m2 = m | (m << 16);
+    const vec2 ea = unpackHalf2x16(((w << (10u - b)) & m2) | 0x3C003C00u);   // bytes 0, 2
+    const vec2 eb = unpackHalf2x16(((w >> (b - 2u)) & m2) | 0x3C003C00u);    // bytes 1, 3
     return vec4(ea.x, eb.x, ea.y, eb.y);
+}
+
+// 1 + n / 16 for the low (hi = 0) or high (hi = 1) nibble of each byte of w.
+vec4 nibbles_unit(uint w, const uint hi) {
+    return bits_unit(hi == 0u ? w : w >> 4, 4u);
+}
+
+// 1 + u / 256 for each byte u of w.
+vec4 bytes_unit(uint w) {
+    return bits_unit(w, 8u);
+}
+
+// Bits 0..3 of x to bit 0 of bytes 0..3 (the four shifted copies of x
+// never overlap, so the multiply carries nothing).
+uint spread4(uint x) {
+    return ((x & 0xFu) * 0x00204081u) & 0x01010101u;
 }
 
 #if defined(DATA_A_Q4_K) || defined(DATA_A_Q5_K)
 #include "common/q4k_scales.glsl"
 #endif
-
-// 1 + q / 32 for the 5-bit value q in each byte of w (pairs in f16).
-vec4 five_bits_unit(uint w) {
-    const vec2 ea = unpackHalf2x16(((w << 5) & 0x03E003E0u) | 0x3C003C00u);
-    const vec2 eb = unpackHalf2x16(((w >> 3) & 0x03E003E0u) | 0x3C003C00u);
-    return vec4(ea.x, eb.x, ea.y, eb.y);
-}
-
-// 1 + q / 64 for the 6-bit value q in each byte of w (pairs in f16).
-vec4 six_bits_unit(uint w) {
-    const vec2 ea = unpackHalf2x16(((w << 4) & 0x03F003F0u) | 0x3C003C00u);
-    const vec2 eb = unpackHalf2x16(((w >> 4) & 0x03F003F0u) | 0x3C003C00u);
-    return vec4(ea.x, eb.x, ea.y, eb.y);
-}
-
-// 1 + u / 256 for each byte u of w (pairs in f16, as nibbles_unit).
-vec4 bytes_unit(uint w) {
-    const vec2 ea = unpackHalf2x16(((w << 2) & 0x03FC03FCu) | 0x3C003C00u);
-    const vec2 eb = unpackHalf2x16(((w >> 6) & 0x03FC03FCu) | 0x3C003C00u);
-    return vec4(ea.x, eb.x, ea.y, eb.y);
-}
 #endif
 
 // Contribution of unit u (of `units` per row) of row `row` against x values
@@ -138,6 +133,75 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     return d * (16.0 * s - 24.0 * sx[0]);              // sum((q - 8) x) d
 #else
     return d * 16.0 * (s - sx[0]) + a_scale(p.nb, ib, 1u) * sx[0];
+#endif
+#elif defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
+    // As Q4_0, with qh's bit j (column j) and j + 16 the fifth bits.
+    const uint ib = row * units + u;
+    const uint qh = data_a[p.nb * PLANE0_WORDS + ib];
+    const uvec4 q = data_a4[ib];
+    float s = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        const uint lo = (q[i] & 0x0F0F0F0Fu) | (spread4(qh >> (4u * i)) << 4);
+        const uint hi = ((q[i] >> 4) & 0x0F0F0F0Fu) | (spread4(qh >> (16u + 4u * i)) << 4);
+        s += dot(bits_unit(lo, 5u), xv[i]) + dot(bits_unit(hi, 5u), xv[i + 4u]);
+    }
+    // s = sx + sum(q x) / 32
+    const float d = a_scale(p.nb, ib, 0u);
+#if defined(DATA_A_Q5_0)
+    return d * (32.0 * s - 48.0 * sx[0]);              // sum((q - 16) x) d
+#else
+    return d * 32.0 * (s - sx[0]) + a_scale(p.nb, ib, 1u) * sx[0];
+#endif
+#elif defined(DATA_A_Q2_K) || defined(DATA_A_Q3_K)
+    // Unit = sub-block part = 4 n + j of block u / 8 (dequant_sub32's
+    // layout): bits 2 j.. of 8 words of qs from word 8 n, two halves of 16
+    // columns with a scale each (Q3_K: hmask's bit 4 n + j the third bit).
+    const uint ib = row * (units / 8u) + u / 8u;
+    const uint part = u % 8u;
+    const uint n = part >> 2, j = part & 3u;
+    const uint qs = (ib * PLANE0_WORDS + n * 8u) / 4u;
+    const uvec4 q0 = data_a4[qs] >> (2u * j), q1 = data_a4[qs + 1u] >> (2u * j);
+#if defined(DATA_A_Q3_K)
+    const uint hm = (p.nb * PLANE0_WORDS + ib * PLANE1_WORDS) / 4u;
+    const uvec4 h0 = data_a4[hm] >> (4u * n + j), h1 = data_a4[hm + 1u] >> (4u * n + j);
+#endif
+    float s0 = 0.0, s1 = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+#if defined(DATA_A_Q3_K)
+        const uint a = (q0[i] & 0x03030303u) | ((h0[i] << 2) & 0x04040404u);
+        const uint b = (q1[i] & 0x03030303u) | ((h1[i] << 2) & 0x04040404u);
+        s0 += dot(bits_unit(a, 3u), xv[i]);
+        s1 += dot(bits_unit(b, 3u), xv[i + 4u]);
+#else
+        s0 += dot(bits_unit(q0[i], 2u), xv[i]);
+        s1 += dot(bits_unit(q1[i], 2u), xv[i + 4u]);
+#endif
+    }
+    const uint is = n * 8u + j * 2u;   // scale of the first half; is + 1 the second
+    const float d = a_scale(p.nb, ib, 0u);
+#if defined(DATA_A_Q2_K)
+    // Scale bytes is, is + 1: low nibble scale, high nibble min.
+    const uint sc = data_a[p.nb * PLANE0_WORDS + ib * PLANE1_WORDS + is / 4u] >> (8u * (is % 4u));
+    const float dmin = a_scale(p.nb, ib, 1u);
+    // w = dl q - ml; sum(q x) = 4 (s - sx)
+    return d * (float(sc & 0xFu) * 4.0 * (s0 - sx[0]) + float((sc >> 8) & 0xFu) * 4.0 * (s1 - sx[1]))
+         - dmin * (float((sc >> 4) & 0xFu) * sx[0] + float((sc >> 12) & 0xFu) * sx[1]);
+#else
+    // The 6-bit scales is, is + 1 (dequant_sub32's unpacking): low 4 bits
+    // from byte is (is < 8) or the high nibble of byte is - 8, high 2 bits
+    // from byte 8 + is % 4 at bit 2 (is / 4).
+    const uint sp = p.nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS;
+    const uvec3 sw = uvec3(data_a[sp], data_a[sp + 1u], data_a[sp + 2u]);
+    float sc[2];
+    [[unroll]] for (uint h = 0u; h < 2u; h++) {
+        const uint k = is + h;
+        const uint lw = (k & 7u) < 4u ? sw.x : sw.y;
+        const uint low4 = (lw >> (8u * (k & 3u) + (k < 8u ? 0u : 4u))) & 0xFu;
+        const uint high2 = (sw.z >> (8u * (k & 3u) + 2u * (k >> 2))) & 3u;
+        sc[h] = float(int(low4 | (high2 << 4)) - 32);
+    }
+    // w = dl (q - 4); sum(q x) = 8 (s - sx)
+    return d * (sc[0] * (8.0 * s0 - 12.0 * sx[0]) + sc[1] * (8.0 * s1 - 12.0 * sx[1]));
 #endif
 #elif defined(DATA_A_Q8_0)
     const uint ib = row * units + u;
@@ -204,7 +268,7 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
         const uint q0 = (l0[i] & 0x0F0F0F0Fu) | ((h0[i] << 4) & 0x10101010u);
         const uint q1 = (l1[i] & 0x0F0F0F0Fu) | ((h1[i] << 4) & 0x10101010u);
-        s += dot(five_bits_unit(q0), xv[i]) + dot(five_bits_unit(q1), xv[i + 4u]);
+        s += dot(bits_unit(q0, 5u), xv[i]) + dot(bits_unit(q1, 5u), xv[i + 4u]);
     }
     const uvec2 sm = scale_min_words(scale_words(ib), sub);
     // w = dl q - ml; sum(q x) = 32 (s - sx)
@@ -226,8 +290,8 @@ float unit_dot(uint row, uint u, uint units, const vec4 xv[UVEC4], const float s
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
         const uint q0 = (l0[i] & 0x0F0F0F0Fu) | ((h0[i] << 4) & 0x30303030u);
         const uint q1 = (l1[i] & 0x0F0F0F0Fu) | ((h1[i] << 4) & 0x30303030u);
-        s0 += dot(six_bits_unit(q0), xv[i]);
-        s1 += dot(six_bits_unit(q1), xv[i + 4u]);
+        s0 += dot(bits_unit(q0, 6u), xv[i]);
+        s1 += dot(bits_unit(q1, 6u), xv[i + 4u]);
     }
     // Bytes n * 8 + 2 quarter and the next of the scales: one word.
     const uint sw = data_a[p.nb * (PLANE0_WORDS + PLANE1_WORDS) + ib * PLANE2_WORDS + 2u * n + quarter / 2u]
