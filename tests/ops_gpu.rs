@@ -1632,6 +1632,22 @@ fn check_split_decode(
     in_kernel: bool,
     f16_out: bool,
 ) -> Vec<f32> {
+    check_decode_on(seed, n_split, None, past, shape, opts, in_kernel, f16_out)
+}
+
+/// [`check_split_decode`] with the unsplit kernel's workgroup size forced
+/// to `wg` where given.
+#[allow(clippy::too_many_arguments)]
+fn check_decode_on(
+    seed: u64,
+    n_split: usize,
+    wg: Option<u32>,
+    past: &[usize],
+    shape: AttentionShape,
+    opts: AttentionOptions,
+    in_kernel: bool,
+    f16_out: bool,
+) -> Vec<f32> {
     let ctx = gpu();
     let mut rng = Rng::seeded(seed);
     let (hd, nt) = (shape.head_dim, past.len());
@@ -1713,6 +1729,7 @@ fn check_split_decode(
                 scratch: &scratch,
                 n: Some(n_split),
                 max_keys: None,
+                wg,
             }),
         };
         record_attention(rec, &call).expect("split attention");
@@ -1727,8 +1744,8 @@ fn check_split_decode(
     let bound = if f16_out { 1e-3 } else { 1e-4 };
     assert!(
         e < bound,
-        "{n_split} splits, past {past:?}, {shape:?} {opts:?}, in kernel {in_kernel}, \
-         f16 {f16_out}: {e}"
+        "{n_split} splits, workgroup {wg:?}, past {past:?}, {shape:?} {opts:?}, \
+         in kernel {in_kernel}, f16 {f16_out}: {e}"
     );
     if in_kernel {
         for (cache, src) in [(&kc, &new_k), (&vc, &new_v)] {
@@ -1776,6 +1793,108 @@ fn attention_split_decode_matches_ref() {
         );
         check_split_decode(rng.next_u64(), n, &[700], shape, opts, false, false);
         check_split_decode(rng.next_u64(), n, &[2], shape, opts, false, false);
+    }
+}
+
+/// The unsplit decode kernel on narrower workgroups than its default (what
+/// batches of short sessions run on GPUs): fewer key groups each walking
+/// more keys, GQA over a paged cache, windows, soft-capping, 256- and
+/// 96-wide heads, the new rows stored in the kernel, f16 output. A size
+/// outside the kernel's range is an error, not a dispatch.
+#[test]
+fn attention_decode_on_narrow_workgroups_matches_ref() {
+    let mut rng = Rng::fresh("attention_narrow_wg");
+    let gqa = AttentionShape {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 64,
+    };
+    let wide = AttentionShape {
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 256,
+    };
+    let odd = AttentionShape {
+        n_head: 3,
+        n_head_kv: 3,
+        head_dim: 96,
+    };
+    let opts = |scale, softcap, window| AttentionOptions {
+        scale,
+        softcap,
+        window,
+    };
+    let sg = gpu().caps().subgroup_size.max(8);
+    for wg in [sg, 2 * sg, 64] {
+        let cases = [
+            (gqa, opts(0.125, 0.0, 0), vec![0usize, 5, 450, 37]),
+            (gqa, opts(0.125, 0.0, 7), vec![400, 1, 12]),
+            (wide, opts(0.0625, 20.0, 0), vec![10, 260]),
+            (odd, opts(0.1, 0.0, 0), vec![65, 1, 333]),
+        ];
+        for (shape, o, past) in cases {
+            let stored =
+                check_decode_on(rng.next_u64(), 1, Some(wg), &past, shape, o, false, false);
+            assert!(stored.iter().all(|v| v.is_finite()));
+            check_decode_on(rng.next_u64(), 1, Some(wg), &past, shape, o, true, false);
+            check_decode_on(rng.next_u64(), 1, Some(wg), &past, shape, o, true, true);
+        }
+    }
+}
+
+#[test]
+fn attention_decode_rejects_workgroups_outside_its_range() {
+    let ctx = gpu();
+    let shape = AttentionShape {
+        n_head: 2,
+        n_head_kv: 1,
+        head_dim: 64,
+    };
+    let hd = shape.head_dim;
+    let (kc, vc) = (
+        Buffer::new(&ctx, (4 * hd * 2) as u64, MemoryKind::Device, "k").expect("k"),
+        Buffer::new(&ctx, (4 * hd * 2) as u64, MemoryKind::Device, "v").expect("v"),
+    );
+    let (q, out) = (device_f32(&ctx, &[0.5; 128]), readback(&ctx, 128));
+    let (pos, table, base) = (
+        host_i32(&ctx, &[1]),
+        host_i32(&ctx, &[0]),
+        host_i32(&ctx, &[0]),
+    );
+    let scratch = AttentionScratch::new(&ctx, 2, hd).expect("scratch");
+    for wg in [3u32, 1, 256] {
+        let mut rec = Recording::new(&ctx, false).expect("recording");
+        let call = AttentionCall {
+            q: Mat::new(&q, 1, 128),
+            out: AnyMat::F32(Mat::new(&out, 1, 128)),
+            kv: LayerKv {
+                k: &kc,
+                v: &vc,
+                at: CacheAddressing {
+                    positions: &pos,
+                    page_table: &table,
+                    seq_base: &base,
+                    page_size: 4,
+                    ring: 0,
+                },
+            },
+            new: NewKv::Stored,
+            shape,
+            opts: AttentionOptions {
+                scale: 0.125,
+                softcap: 0.0,
+                window: 0,
+            },
+            variant: Some(AttentionVariant::Tiled),
+            split: Some(KeySplit {
+                scratch: &scratch,
+                n: Some(1),
+                max_keys: None,
+                wg: Some(wg),
+            }),
+        };
+        let e = record_attention(&mut rec, &call).expect_err("out of range");
+        assert!(e.to_string().contains("workgroup"), "{e}");
     }
 }
 
@@ -1948,6 +2067,7 @@ fn attention_split_replay_growing_context_matches_ref() {
                 scratch: &scratch,
                 n: Some(n),
                 max_keys: None,
+                wg: None,
             }),
         };
         record_attention(&mut rec, &call).expect("split attention");
@@ -2031,6 +2151,7 @@ fn attention_split_out_of_reach_is_an_error() {
                 scratch: &scratch,
                 n,
                 max_keys: None,
+                wg: None,
             }),
         };
         let r = record_attention(&mut rec, &call);

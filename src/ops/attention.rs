@@ -166,6 +166,82 @@ fn keys_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> (u32, u32) {
     (wg.max(ds), ds)
 }
 
+/// Threads of the decode kernel one SM keeps resident, for the workgroup
+/// choice: its ~80 registers per invocation leave room for about six
+/// workgroups of 128 on an NVIDIA SM of 64K registers.
+const DECODE_THREADS_PER_SM: usize = 768;
+
+/// (workgroup size, invocations per key group) of an unsplit decode call
+/// of `pairs` (token, head) pairs whose tokens see at most `max_keys` keys:
+/// the default workgroup ([`keys_split`]) or a half or quarter of it
+/// (never below the subgroup), whichever [`decode_workgroup_cost`] finds
+/// cheapest on this device. Many pairs of few keys (a batch of short
+/// sessions) leave a workgroup of 128 mostly idle, walking a handful of keys
+/// each, in several waves: on the H200 a step of 64 sequences of the 1B
+/// over 16–48 keys spent 0.35 ms in attention with workgroups of 128 and
+/// 0.21 ms with 32. Long contexts keep the wide workgroups, which keep more
+/// keys in flight. The default where the device's SM count or the keys are
+/// not known.
+pub fn decode_workgroup(
+    ctx: &GpuContext,
+    head_dim: usize,
+    pairs: usize,
+    max_keys: Option<usize>,
+) -> (u32, u32) {
+    let (wg0, ds) = keys_split(ctx, head_dim);
+    let (Some(keys), Some(sms)) = (max_keys, ctx.caps().sm_count) else {
+        return (wg0, ds);
+    };
+    if super::is_cpu(ctx) {
+        return (wg0, ds);
+    }
+    let floor = ds.max(kernel_subgroup(ctx));
+    let capacity = sms as usize * DECODE_THREADS_PER_SM;
+    (
+        pick_decode_workgroup(wg0, ds, floor, pairs, keys, capacity),
+        ds,
+    )
+}
+
+/// The cheapest of `wg0`, `wg0 / 2` and `wg0 / 4` (none below `floor`) by
+/// [`decode_workgroup_cost`]; the larger one on a tie.
+pub fn pick_decode_workgroup(
+    wg0: u32,
+    ds: u32,
+    floor: u32,
+    pairs: usize,
+    keys: usize,
+    capacity: usize,
+) -> u32 {
+    let mut best = (wg0, decode_workgroup_cost(wg0, ds, pairs, keys, capacity));
+    for wg in [wg0 / 2, wg0 / 4] {
+        if wg < floor.max(1) {
+            break;
+        }
+        let cost = decode_workgroup_cost(wg, ds, pairs, keys, capacity);
+        if cost < best.1 {
+            best = (wg, cost);
+        }
+    }
+    best.0
+}
+
+/// Cost of an unsplit decode call on workgroups of `wg` in units of a key
+/// iteration's latency: waves of resident workgroups (`capacity` threads
+/// at a time) times each workgroup's iterations over `keys`, plus two for
+/// what a workgroup does besides (the query's load, the merge).
+pub fn decode_workgroup_cost(
+    wg: u32,
+    ds: u32,
+    pairs: usize,
+    keys: usize,
+    capacity: usize,
+) -> usize {
+    let waves = (pairs * wg as usize).div_ceil(capacity.max(1));
+    let per_iteration = ((wg / ds.max(1)) * DECODE_KEYS_IN_FLIGHT) as usize;
+    waves * (keys.div_ceil(per_iteration.max(1)) + 2)
+}
+
 /// Most workgroups one (token, head) of the decode kernel is split over:
 /// the split that finishes last reads every other split's partial, so more
 /// splits than this cost more in the merge than they save in the walk.
@@ -279,8 +355,12 @@ pub struct KeySplit<'a> {
     /// [`key_splits`] picks them for the device, as the scratch allows.
     pub n: Option<usize>,
     /// Most keys a token of the call may see (the cache's capacity, or the
-    /// window), where known: no more splits than that needs.
+    /// window), where known: no more splits than that needs, and the
+    /// workgroup of an unsplit call ([`decode_workgroup`]).
     pub max_keys: Option<usize>,
+    /// Workgroup size of an unsplit call (a power of two between the
+    /// kernel's key-group width and its default); `None`: combs' choice.
+    pub wg: Option<u32>,
 }
 
 /// Options of one attention call.
@@ -463,7 +543,11 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
     let ctx = rec.context().clone();
     let (kernel, spec, groups) = match variant {
         AttentionVariant::Tiled => {
-            let (wg, ds) = keys_split(&ctx, shape.head_dim);
+            let (wg, ds) = if n_split > 1 {
+                keys_split(&ctx, shape.head_dim)
+            } else {
+                unsplit_workgroup(&ctx, call)?
+            };
             let mut spec = vec![
                 wg,
                 kernel_subgroup(&ctx),
@@ -589,6 +673,32 @@ pub fn record_attention(rec: &mut Recording, call: &AttentionCall<'_>) -> Result
     )
 }
 
+/// (workgroup size, invocations per key group) of `call` unsplit: its
+/// [`KeySplit`]'s forced size, or [`decode_workgroup`]'s choice.
+///
+/// # Errors
+/// A forced size that is not a power of two between the key-group width
+/// and the default workgroup.
+fn unsplit_workgroup(ctx: &GpuContext, call: &AttentionCall<'_>) -> Result<(u32, u32)> {
+    let (hd, pairs) = (call.shape.head_dim, call.q.rows * call.shape.n_head);
+    let Some(split) = call.split else {
+        return Ok(keys_split(ctx, hd));
+    };
+    match split.wg {
+        None => Ok(decode_workgroup(ctx, hd, pairs, split.max_keys)),
+        Some(wg) => {
+            let (wg0, ds) = keys_split(ctx, hd);
+            if !wg.is_power_of_two() || wg < ds || wg > wg0 {
+                return Err(ModelError::kernel(
+                    "attention",
+                    format!("a decode workgroup of {wg} (a power of two from {ds} to {wg0})"),
+                ));
+            }
+            Ok((wg, ds))
+        }
+    }
+}
+
 /// Workgroups per (token, head) of `call` on `variant`: its
 /// [`KeySplit`]'s count, or the device's choice cut to what the scratch
 /// holds; 1 without a split or on another variant.
@@ -676,4 +786,45 @@ pub fn attention_ref(
         })
         .map(|v| v as f32)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The H200's 132 SMs; the 1B's heads (64 wide, key groups of 4).
+    const CAPACITY: usize = 132 * DECODE_THREADS_PER_SM;
+
+    #[test]
+    fn short_sessions_in_numbers_take_narrow_workgroups() {
+        // 64 sequences × 32 heads over at most 49 keys: one wave of 32.
+        assert_eq!(pick_decode_workgroup(128, 4, 32, 64 * 32, 49, CAPACITY), 32);
+        assert_eq!(
+            pick_decode_workgroup(128, 4, 32, 256 * 32, 49, CAPACITY),
+            32
+        );
+    }
+
+    #[test]
+    fn long_contexts_and_few_pairs_keep_the_default() {
+        // The same batch over 2000 keys: the wide workgroups keep more
+        // keys in flight.
+        assert_eq!(
+            pick_decode_workgroup(128, 4, 32, 64 * 32, 2000, CAPACITY),
+            128
+        );
+        // One sequence: every workgroup resident at once either way.
+        assert_eq!(pick_decode_workgroup(128, 4, 32, 32, 64, CAPACITY), 128);
+        // Nothing below the floor (a subgroup of 64).
+        assert_eq!(pick_decode_workgroup(128, 4, 64, 64 * 32, 49, CAPACITY), 64);
+    }
+
+    #[test]
+    fn cost_counts_waves_and_iterations() {
+        // 2048 pairs × 128 threads over 101376 resident: 3 waves; 64 keys
+        // per iteration: 1 iteration for 49 keys, plus 2.
+        assert_eq!(decode_workgroup_cost(128, 4, 2048, 49, CAPACITY), 9);
+        // × 32: one wave, 16 keys per iteration: 4 iterations, plus 2.
+        assert_eq!(decode_workgroup_cost(32, 4, 2048, 49, CAPACITY), 6);
+    }
 }

@@ -476,6 +476,7 @@ fn attention_bench(
                     scratch: &scratch,
                     n: Some(chosen),
                     max_keys: None,
+                    wg: None,
                 }),
             };
             record_attention(rec, &call)

@@ -345,6 +345,7 @@ impl<'r, 'a> Forward<'r, 'a> {
                 scratch: &self.ws.attn_split,
                 n: None,
                 max_keys,
+                wg: None,
             }),
         };
         self.kernels().attention(self.rec, &call)?;
