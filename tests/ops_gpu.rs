@@ -821,6 +821,33 @@ fn matvec_gated_pairs_match_ref() {
     );
 }
 
+/// Every quantized type on the layouts subgroups of 32 now take for
+/// 8B-sized weights: the down projection's 64-wide row groups in
+/// workgroups of 256 (x staged in chunks past 10240 columns), Q4_K's
+/// 64-column units with x staged, in workgroups of 128 and 256; with the
+/// norm folded in and accumulating, 67 rows (a partial workgroup).
+#[test]
+fn matvec_8b_layouts_match_ref_for_every_type() {
+    for t in QuantType::ALL.into_iter().filter(|t| t.block_size() > 1) {
+        for (cols, shape) in [
+            (12288, mv(64, 4, 1, 1, 256, true)),
+            (4096, mv(32, 4, 1, 1, 128, true)),
+            (12288, mv(32, 4, 1, 1, 256, true)),
+        ] {
+            check_matvec_folded(
+                t,
+                67,
+                cols,
+                Some(NormFlavor::Plain),
+                None,
+                true,
+                true,
+                shape,
+            );
+        }
+    }
+}
+
 #[test]
 fn matvec_fast_paths_long_rows_match_ref() {
     // 14336 columns (an 8B FFN's down projection): the sum-of-x correction of

@@ -56,10 +56,31 @@ fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecSh
             narrow: true,
             ..s(tpr, nr)
         };
-        return if cols > 6144 && rows >= 4096 {
-            // llama-8b down 4096×14336: q4_0 36.1 → 26.6, q4_k 37.8 → 30.2
-            staged(32, 4, 1, 256)
-        } else if cols > 6144 {
+        // 8B-sized weights (session 21, after the f16 dequantization: the
+        // registers, not the arithmetic, now limit these layouts). Q4_K
+        // over 64-column units: llama-8b Q/K/V 14.5 → 11.0 µs, output 10.2
+        // → 9.0, gate/up 39.0 → 37.6, down 27.6 → 23.9, head 157 → 149;
+        // the down projection of the other formats on 64-wide row groups
+        // (Q4_0 23.8 → 19.5; 36.1 → 26.6 in session 10 for the 32 × 4
+        // groups in 256 it had until then). Whole decodes (tg128): llama-8b Q4_0 311 →
+        // 326, Q4_K 269 → 293, Q6_K 233 → 240 tok/s.
+        let wide_units = |tpr, nr, un, wg| MatvecShape {
+            narrow: false,
+            ..staged(tpr, nr, un, wg)
+        };
+        if cols >= 4096 && rows >= 4096 {
+            if qtype == QuantType::Q4K {
+                return if cols > 6144 {
+                    wide_units(32, 4, 1, 256)
+                } else {
+                    wide_units(32, 4, 1, 128)
+                };
+            }
+            if cols > 6144 {
+                return staged(64, 4, 1, 256);
+            }
+        }
+        return if cols > 6144 {
             // llama-1b down 2048×8192: q4_0 18.1 → 12.0, q4_k 15.0 → 13.1
             staged(64, 4, 2, 128)
         } else if rows >= 16384 {
