@@ -1825,41 +1825,14 @@ fn attention_split_decode_matches_ref() {
 
 /// The unsplit decode kernel on narrower workgroups than its default (what
 /// batches of short sessions run on GPUs): fewer key groups each walking
-/// more keys, GQA over a paged cache, windows, soft-capping, 256- and
-/// 96-wide heads, the new rows stored in the kernel, f16 output. A size
-/// outside the kernel's range is an error, not a dispatch.
+/// more keys, over [`decode_cases`], the new rows stored by kv_store or in
+/// the kernel, f32 and f16 output.
 #[test]
 fn attention_decode_on_narrow_workgroups_matches_ref() {
     let mut rng = Rng::fresh("attention_narrow_wg");
-    let gqa = AttentionShape {
-        n_head: 6,
-        n_head_kv: 2,
-        head_dim: 64,
-    };
-    let wide = AttentionShape {
-        n_head: 4,
-        n_head_kv: 1,
-        head_dim: 256,
-    };
-    let odd = AttentionShape {
-        n_head: 3,
-        n_head_kv: 3,
-        head_dim: 96,
-    };
-    let opts = |scale, softcap, window| AttentionOptions {
-        scale,
-        softcap,
-        window,
-    };
     let sg = gpu().caps().subgroup_size.max(8);
     for wg in [sg, 2 * sg, 64] {
-        let cases = [
-            (gqa, opts(0.125, 0.0, 0), vec![0usize, 5, 450, 37]),
-            (gqa, opts(0.125, 0.0, 7), vec![400, 1, 12]),
-            (wide, opts(0.0625, 20.0, 0), vec![10, 260]),
-            (odd, opts(0.1, 0.0, 0), vec![65, 1, 333]),
-        ];
-        for (shape, o, past) in cases {
+        for (shape, o, past) in decode_cases() {
             let stored =
                 check_decode_on(rng.next_u64(), 1, Some(wg), &past, shape, o, false, false);
             assert!(stored.iter().all(|v| v.is_finite()));
@@ -1869,6 +1842,8 @@ fn attention_decode_on_narrow_workgroups_matches_ref() {
     }
 }
 
+/// A decode workgroup outside the kernel's range (not a power of two,
+/// below a key group, above the default) is an error, not a dispatch.
 #[test]
 fn attention_decode_rejects_workgroups_outside_its_range() {
     let ctx = gpu();
@@ -1930,6 +1905,18 @@ fn attention_decode_rejects_workgroups_outside_its_range() {
 #[test]
 fn attention_split_window_softcap_and_wide_heads_match_ref() {
     let mut rng = Rng::fresh("attention_split_window");
+    for n in [2, 3, 8, 16] {
+        for (shape, o, past) in decode_cases() {
+            check_split_decode(rng.next_u64(), n, &past, shape, o, false, false);
+        }
+    }
+}
+
+/// Decode cases over a paged cache, each (shape, options, keys before each
+/// sequence's token): GQA with a sliding window (contexts inside and past
+/// it) and a narrow one, soft-capping with 256-wide heads, an odd head
+/// width.
+fn decode_cases() -> [(AttentionShape, AttentionOptions, Vec<usize>); 4] {
     let gqa = AttentionShape {
         n_head: 6,
         n_head_kv: 2,
@@ -1950,17 +1937,12 @@ fn attention_split_window_softcap_and_wide_heads_match_ref() {
         softcap,
         window,
     };
-    for n in [2, 3, 8, 16] {
-        let cases = [
-            (gqa, opts(0.125, 0.0, 50), vec![3usize, 300, 49, 50]),
-            (gqa, opts(0.125, 0.0, 7), vec![400, 1]),
-            (wide, opts(0.0625, 20.0, 0), vec![10, 260]),
-            (odd, opts(0.1, 0.0, 0), vec![65, 1, 333]),
-        ];
-        for (shape, o, past) in cases {
-            check_split_decode(rng.next_u64(), n, &past, shape, o, false, false);
-        }
-    }
+    [
+        (gqa, opts(0.125, 0.0, 50), vec![3usize, 300, 49, 50]),
+        (gqa, opts(0.125, 0.0, 7), vec![400, 1]),
+        (wide, opts(0.0625, 20.0, 0), vec![10, 260]),
+        (odd, opts(0.1, 0.0, 0), vec![65, 1, 333]),
+    ]
 }
 
 /// Split decode storing the new rows itself (only split 0 of the first
