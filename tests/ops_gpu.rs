@@ -1842,64 +1842,6 @@ fn attention_decode_on_narrow_workgroups_matches_ref() {
     }
 }
 
-/// A decode workgroup outside the kernel's range (not a power of two,
-/// below a key group, above the default) is an error, not a dispatch.
-#[test]
-fn attention_decode_rejects_workgroups_outside_its_range() {
-    let ctx = gpu();
-    let shape = AttentionShape {
-        n_head: 2,
-        n_head_kv: 1,
-        head_dim: 64,
-    };
-    let hd = shape.head_dim;
-    let (kc, vc) = (
-        Buffer::new(&ctx, (4 * hd * 2) as u64, MemoryKind::Device, "k").expect("k"),
-        Buffer::new(&ctx, (4 * hd * 2) as u64, MemoryKind::Device, "v").expect("v"),
-    );
-    let (q, out) = (device_f32(&ctx, &[0.5; 128]), readback(&ctx, 128));
-    let (pos, table, base) = (
-        host_i32(&ctx, &[1]),
-        host_i32(&ctx, &[0]),
-        host_i32(&ctx, &[0]),
-    );
-    let scratch = AttentionScratch::new(&ctx, 2, hd).expect("scratch");
-    for wg in [3u32, 1, 256] {
-        let mut rec = Recording::new(&ctx, false).expect("recording");
-        let call = AttentionCall {
-            q: Mat::new(&q, 1, 128),
-            out: AnyMat::F32(Mat::new(&out, 1, 128)),
-            kv: LayerKv {
-                k: &kc,
-                v: &vc,
-                at: CacheAddressing {
-                    positions: &pos,
-                    page_table: &table,
-                    seq_base: &base,
-                    page_size: 4,
-                    ring: 0,
-                },
-            },
-            new: NewKv::Stored,
-            shape,
-            opts: AttentionOptions {
-                scale: 0.125,
-                softcap: 0.0,
-                window: 0,
-            },
-            variant: Some(AttentionVariant::Tiled),
-            split: Some(KeySplit {
-                scratch: &scratch,
-                n: Some(1),
-                max_keys: None,
-                wg: Some(wg),
-            }),
-        };
-        let e = record_attention(&mut rec, &call).expect_err("out of range");
-        assert!(e.to_string().contains("workgroup"), "{e}");
-    }
-}
-
 /// Split decode with a sliding window (contexts inside and past it),
 /// soft-capping with 256-wide heads, and an odd head width.
 #[test]
@@ -2103,8 +2045,9 @@ fn attention_split_replay_growing_context_matches_ref() {
 }
 
 /// Splits are the tiled kernel's, at most MAX_KEY_SPLITS, within the
-/// scratch: anything else is an error, never a dispatch; CPU devices pick
-/// none by themselves.
+/// scratch, and a forced workgroup of the unsplit kernel a power of two
+/// from a key group's width to the default: anything else is an error,
+/// never a dispatch; CPU devices pick no splits by themselves.
 #[test]
 fn attention_split_out_of_reach_is_an_error() {
     let ctx = gpu();
@@ -2133,11 +2076,14 @@ fn attention_split_out_of_reach_is_an_error() {
     let scratch = AttentionScratch::new(&ctx, 4 * 8, 64).expect("scratch");
     let mut rec = Recording::new(&ctx, false).expect("recording");
     let cases = [
-        (AttentionVariant::Rows, Some(2)),
-        (AttentionVariant::Tiled, Some(16)),
-        (AttentionVariant::Tiled, Some(MAX_KEY_SPLITS + 1)),
+        (AttentionVariant::Rows, Some(2), None),
+        (AttentionVariant::Tiled, Some(16), None),
+        (AttentionVariant::Tiled, Some(MAX_KEY_SPLITS + 1), None),
+        (AttentionVariant::Tiled, Some(1), Some(3)),
+        (AttentionVariant::Tiled, Some(1), Some(1)),
+        (AttentionVariant::Tiled, Some(1), Some(256)),
     ];
-    for (variant, n) in cases {
+    for (variant, n, wg) in cases {
         let call = AttentionCall {
             q: Mat::new(&q, 1, qw),
             out: AnyMat::F32(Mat::new(&out, 1, qw)),
@@ -2160,11 +2106,17 @@ fn attention_split_out_of_reach_is_an_error() {
                 scratch: &scratch,
                 n,
                 max_keys: None,
-                wg: None,
+                wg,
             }),
         };
         let r = record_attention(&mut rec, &call);
-        assert!(r.is_err(), "{variant:?} with {n:?} splits recorded");
+        assert!(
+            r.is_err(),
+            "{variant:?} with {n:?} splits, workgroup {wg:?} recorded"
+        );
+        if let (Some(_), Err(e)) = (wg, r) {
+            assert!(e.to_string().contains("workgroup"), "{e}");
+        }
     }
     assert_eq!(rec.n_dispatches(), 0);
     if ctx.caps().class() == DeviceClass::Cpu {

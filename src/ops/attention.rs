@@ -205,7 +205,7 @@ pub fn decode_workgroup(
 
 /// The cheapest of `wg0`, `wg0 / 2` and `wg0 / 4` (none below `floor`) by
 /// [`decode_workgroup_cost`]; the larger one on a tie.
-pub fn pick_decode_workgroup(
+fn pick_decode_workgroup(
     wg0: u32,
     ds: u32,
     floor: u32,
@@ -230,13 +230,7 @@ pub fn pick_decode_workgroup(
 /// iteration's latency: waves of resident workgroups (`capacity` threads
 /// at a time) times each workgroup's iterations over `keys`, plus two for
 /// what a workgroup does besides (the query's load, the merge).
-pub fn decode_workgroup_cost(
-    wg: u32,
-    ds: u32,
-    pairs: usize,
-    keys: usize,
-    capacity: usize,
-) -> usize {
+fn decode_workgroup_cost(wg: u32, ds: u32, pairs: usize, keys: usize, capacity: usize) -> usize {
     let waves = (pairs * wg as usize).div_ceil(capacity.max(1));
     let per_iteration = ((wg / ds.max(1)) * DECODE_KEYS_IN_FLIGHT) as usize;
     waves * (keys.div_ceil(per_iteration.max(1)) + 2)

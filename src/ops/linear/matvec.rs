@@ -48,7 +48,8 @@ fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecSh
     if sg == 32 {
         let units = cols / unit_columns(qtype, false);
         // Q4_K over 32-column units where x is staged: as fast or faster
-        // everywhere measured (llama-1b q4_k out 2048×2048 8.99 → 7.46 µs).
+        // at the 1B's sizes (llama-1b q4_k out 2048×2048 8.99 → 7.46 µs);
+        // 8B-sized weights take 64-column units (below).
         let staged = |tpr, nr, un, wg| MatvecShape {
             un,
             wg,
@@ -61,9 +62,9 @@ fn matvec_shape(sg: u32, qtype: QuantType, rows: usize, cols: usize) -> MatvecSh
         // over 64-column units: llama-8b Q/K/V 14.5 → 11.0 µs, output 10.2
         // → 9.0, gate/up 39.0 → 37.6, down 27.6 → 23.9, head 157 → 149;
         // the down projection of the other formats on 64-wide row groups
-        // (Q4_0 23.8 → 19.5; 36.1 → 26.6 in session 10 for the 32 × 4
-        // groups in 256 it had until then). Whole decodes (tg128): llama-8b Q4_0 311 →
-        // 326, Q4_K 269 → 293, Q6_K 233 → 240 tok/s.
+        // (Q4_0 23.8 → 19.5; the 32 × 4 groups in 256 it had until then
+        // took it 36.1 → 26.6 in session 10). Whole decodes (tg128):
+        // llama-8b Q4_0 311 → 326, Q4_K 269 → 293, Q6_K 233 → 240 tok/s.
         let wide_units = |tpr, nr, un, wg| MatvecShape {
             narrow: false,
             ..staged(tpr, nr, un, wg)
