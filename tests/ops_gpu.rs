@@ -179,6 +179,7 @@ fn coop_tiles_match_ref() {
         CoopTile::MID,
         CoopTile::BIG,
         CoopTile::TALL,
+        CoopTile::WIDE,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -600,6 +601,7 @@ fn coop_epilogue_matches_ref() {
         CoopTile::MID,
         CoopTile::BIG,
         CoopTile::TALL,
+        CoopTile::WIDE,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -2433,6 +2435,7 @@ fn coop_f16_activations_match_ref() {
         CoopTile::MID,
         CoopTile::BIG,
         CoopTile::TALL,
+        CoopTile::WIDE,
         CoopTile::STREAM,
         // ten K-subgroups: not a power of two
         CoopTile {

@@ -858,6 +858,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                     } else {
                                         CoopInput::NormedBySquares
                                     },
+                                    accumulate,
                                 )
                             });
                             let us = time(&ctx, args.reps.min(16), |rec, i| {

@@ -139,12 +139,40 @@ impl CoopTile {
         nv2: true,
     };
 
-    /// Whether a product of `rows` outputs (an output head) and `n` tokens,
-    /// given f32 input, takes 64 × 64 tiles where other products of that
-    /// many tokens take skinny ones ([`CoopTile::choose_for`]): the planner
-    /// hands such heads f32 for it.
-    pub fn head_on_tiles(rows: usize, n: usize) -> bool {
-        (33..=super::SKINNY_MAX_TOKENS).contains(&n) && rows >= 65536
+    /// 128 rows × 64 tokens with eight subgroups of 32 × 32: weights of
+    /// 16384+ rows (gate/up, output heads) past 32 tokens
+    /// ([`CoopTile::takes_wide`]). Its 111 registers per invocation on the
+    /// H200 leave room for two workgroups per SM where 128 × 128 (180)
+    /// holds one.
+    pub const WIDE: CoopTile = CoopTile {
+        wm: 4,
+        wn: 2,
+        wk: 1,
+        tm: 2,
+        tn: 2,
+        bk: 64,
+        skinny: false,
+        nv2: false,
+    };
+
+    /// Whether a product of `rows` × `cols` weights and `n` tokens takes
+    /// [`CoopTile::WIDE`] where its workgroups make about one and a half
+    /// waves ([`CoopTile::choose_for`]): 16384+ rows past 32 tokens (where
+    /// batched decode's gate/up stop folding the norm), and for weights
+    /// narrower than 4096 columns only below 512 tokens. On the H200
+    /// (`combs kernel-bench --preset llama-1b|llama-8b --type q4_0 --tokens
+    /// 32,40,48,64,128,256,512,2048 --x-f16 --coop-tiles ...`, µs, against
+    /// what ran before): llama-1b gate/up 16384×2048 at 128 tokens 73.3
+    /// (skinny 124.6), 256: 145.2 (64 × 64 173.1), at 512 282 against 128 ×
+    /// 128's 275 and at 1024 561 against 536 (kept there); its head
+    /// 128256×2048 at 48 tokens 285 (skinny 510, 64 × 64 on f32 input 378),
+    /// 64: 290 (419); llama-8b gate/up 28672×4096 at 48 tokens 141 (228),
+    /// 64: 143 (236), 128: 279 (411), 256: 552 (567), 512: 963 (1041), head
+    /// at 64 554 (951); Q4_K gate/up at 64 180 (347), at 2048 4764 (4929).
+    /// At 32 tokens the skinny tiles still win (llama-1b gate/up 35.0
+    /// against 50.1, llama-8b 115.9 against 137.5).
+    pub fn takes_wide(rows: usize, cols: usize, n: usize) -> bool {
+        rows >= 16384 && n > 32 && (cols >= 4096 || n < 512)
     }
 
     /// Rows per tile.
@@ -208,8 +236,9 @@ impl CoopTile {
             && self.invocations() <= caps.max_workgroup_invocations
     }
 
-    /// The tile for a `rows` × `cols` weight and `n` tokens: K-split
-    /// 16- or 32-row tiles for batched decode, 128 × 128 for 4096+ × 4096+
+    /// The tile for a `rows` × `cols` weight and `n` tokens: skinny tiles
+    /// for batched decode, [`CoopTile::WIDE`] for weights of 16384+ rows
+    /// past 32 tokens ([`CoopTile::takes_wide`]), 128 × 128 for 4096+ × 4096+
     /// weights where its workgroups fill whole waves (`full_waves`), and
     /// for 2048+ × 2048+ ones likewise from 1024 tokens (on the H200 at 2048
     /// tokens, llama-1b's 2048-wide matrices 5–19% faster than on 64 × 64
@@ -224,25 +253,31 @@ impl CoopTile {
     /// the 32-row tile (`combs kernel-bench --preset smollm2-135m --type
     /// f16 --tokens 1536,13312 --coop-tiles ...`).
     pub fn choose(ctx: &GpuContext, rows: usize, cols: usize, n: usize) -> Self {
-        Self::choose_for(ctx, rows, cols, n, CoopInput::F16)
+        Self::choose_for(ctx, rows, cols, n, CoopInput::F16, false)
     }
 
-    /// [`CoopTile::choose`] for a product reading `input`. The raw residual
-    /// with its RMS norm folded in (batched decode's Q/K/V and gate/up)
-    /// leaves registers for fewer accumulators; f32 input lets a head of
-    /// 33-128 tokens take 64 × 64 tiles, which the skinny layouts do not
-    /// match there (llama-1b's 128256 rows at 64 tokens: 399 against 526 µs,
-    /// at 48 376 against 488; at 32 tokens 361 against 263).
+    /// [`CoopTile::choose`] for a product reading `input` and, with
+    /// `squares`, writing each token's sums of squares (which only the
+    /// skinny tiles do). The raw residual with its RMS norm folded in
+    /// (batched decode's Q/K/V and gate/up) leaves registers for fewer
+    /// accumulators, and only the skinny kernel reads it.
     pub fn choose_for(
         ctx: &GpuContext,
         rows: usize,
         cols: usize,
         n: usize,
         input: CoopInput,
+        squares: bool,
     ) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
-        if input == CoopInput::F32 && Self::head_on_tiles(rows, n) && fits(&CoopTile::MID) {
-            return CoopTile::MID;
+        // Sums of squares and the folded norm are the skinny kernel's alone.
+        let wide = !squares
+            && input != CoopInput::NormedBySquares
+            && Self::takes_wide(rows, cols, n)
+            && fits(&CoopTile::WIDE)
+            && waves_and_a_half(ctx, &CoopTile::WIDE, rows, n);
+        if wide && n <= super::SKINNY_MAX_TOKENS {
+            return CoopTile::WIDE;
         }
         if n <= super::SKINNY_MAX_TOKENS {
             // Wide weights take four row tiles per subgroup, so each
@@ -295,6 +330,9 @@ impl CoopTile {
         }
         if let Some(t) = nv2_tile(ctx, rows, n) {
             return t;
+        }
+        if wide {
+            return CoopTile::WIDE;
         }
         let big = CoopTile::BIG;
         let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
@@ -434,8 +472,7 @@ fn skinny_blocks(
             ..CoopTile::STREAM
         },
     ];
-    let sms = sm_count(ctx);
-    let enough = |t: &CoopTile| 10 * rows.div_ceil(t.bm()) * n.div_ceil(t.bn()) >= 14 * sms;
+    let enough = |t: &CoopTile| waves_and_a_half(ctx, t, rows, n);
     // Fewer K-subgroups where shared memory holds fewer.
     let fitted = |t: CoopTile| {
         (1..=t.wk)
@@ -486,6 +523,15 @@ fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
     };
     let waves = groups as f64 / f64::from(sms.max(1));
     waves / waves.ceil() >= 0.85 || waves >= 4.0
+}
+
+/// Whether `tile`'s workgroups for `rows` × `n` make about one and a half
+/// waves or more (1.4 per SM). Fewer leave SMs idle while the last ones run:
+/// on the H200 llama-1b's gate/up at 64 tokens (128 workgroups of
+/// [`CoopTile::WIDE`]) took 75 µs inside a decode step against the skinny
+/// tile's 69, though 51 against 64 timed alone.
+fn waves_and_a_half(ctx: &GpuContext, tile: &CoopTile, rows: usize, n: usize) -> bool {
+    10 * rows.div_ceil(tile.bm()) * n.div_ceil(tile.bn()) >= 14 * sm_count(ctx)
 }
 
 /// Whether `groups` workgroups make four waves or more.

@@ -229,7 +229,8 @@ pub enum Output<'a> {
         rope: FoldedRope<'a>,
     },
     /// The weight's rows alternate gate, up: `out[t, i] = act(gate_i) * up_i`
-    /// (half as wide as the weight's rows); f16 only from the skinny products.
+    /// (half as wide as the weight's rows); f16 only from the cooperative
+    /// products on f16 input.
     Gated {
         /// The result.
         out: AnyMat<'a>,
@@ -661,6 +662,7 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
                             Input::NormedBySquares { .. } => CoopInput::NormedBySquares,
                             Input::F32(_) | Input::Normed { .. } => CoopInput::F32,
                         },
+                        matches!(call.output, Output::AccumulateSquares { .. }),
                     )
                 });
                 if tile.skinny {

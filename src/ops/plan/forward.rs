@@ -612,8 +612,7 @@ impl<'r, 'a> Forward<'r, 'a> {
             if self.plan.folds_norm(AnyMat::F32(x)) || self.int_dot_folds_norm(&[head.weight]) {
                 Input::Normed { x, norm: head.norm }
             } else {
-                let f16 = self.plan.f16_for(n_embd)
-                    && !self.plan.head_reads_f32(head.weight.weight.rows());
+                let f16 = self.plan.f16_for(n_embd);
                 let out = self.act(&ws.xn, n_embd, f16);
                 let call = RmsNormCall {
                     x,

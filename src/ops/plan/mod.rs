@@ -271,14 +271,6 @@ impl Plan {
         self.norm_in_products && (self.n_tokens <= 32 || rows < 16384)
     }
 
-    /// Whether the output head of `rows` outputs reads the output norm's
-    /// f32 result where the other products of the call read f16: the heads
-    /// that run faster on the 64 × 64 tiles of `matmul_coop`, which read
-    /// f32 ([`CoopTile::head_on_tiles`]).
-    pub fn head_reads_f32(&self, rows: usize) -> bool {
-        self.f16_activations && CoopTile::head_on_tiles(rows, self.n_tokens)
-    }
-
     /// Whether the step producing `cols`-wide activations for the products
     /// writes them as f16 (the products read them four at a time).
     pub fn f16_for(&self, cols: usize) -> bool {
