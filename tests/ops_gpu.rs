@@ -180,6 +180,7 @@ fn coop_tiles_match_ref() {
         CoopTile::BIG,
         CoopTile::TALL,
         CoopTile::WIDE,
+        CoopTile::MID8,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -602,6 +603,7 @@ fn coop_epilogue_matches_ref() {
         CoopTile::BIG,
         CoopTile::TALL,
         CoopTile::WIDE,
+        CoopTile::MID8,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -2436,6 +2438,7 @@ fn coop_f16_activations_match_ref() {
         CoopTile::BIG,
         CoopTile::TALL,
         CoopTile::WIDE,
+        CoopTile::MID8,
         CoopTile::STREAM,
         // ten K-subgroups: not a power of two
         CoopTile {

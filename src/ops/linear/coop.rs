@@ -155,16 +155,33 @@ impl CoopTile {
         nv2: false,
     };
 
+    /// 64 × 64 with eight subgroups of 32 rows × 16 tokens (90 registers on
+    /// the H200): [`CoopTile::WIDE`]'s weights in batches too small for
+    /// its workgroups to fill the GPU (llama-1b's gate/up at 33-64
+    /// sequences: 56 µs a step against the skinny tile's 69, where `WIDE`'s
+    /// 128 workgroups took 75).
+    pub const MID8: CoopTile = CoopTile {
+        wm: 2,
+        wn: 4,
+        wk: 1,
+        tm: 2,
+        tn: 1,
+        bk: 64,
+        skinny: false,
+        nv2: false,
+    };
+
     /// Whether a product of `rows` × `cols` weights and `n` tokens takes
-    /// [`CoopTile::WIDE`] where its workgroups make about one and a half
+    /// [`CoopTile::WIDE`] (or [`CoopTile::MID8`]) where its workgroups make about one and a half
     /// waves ([`CoopTile::choose_for`]): 16384+ rows past 32 tokens (where
     /// batched decode's gate/up stop folding the norm), and for weights
-    /// narrower than 4096 columns only below 512 tokens. On the H200
+    /// narrower than 4096 columns only below 1024 tokens. On the H200
     /// (`combs kernel-bench --preset llama-1b|llama-8b --type q4_0 --tokens
     /// 32,40,48,64,128,256,512,2048 --x-f16 --coop-tiles ...`, µs, against
     /// what ran before): llama-1b gate/up 16384×2048 at 128 tokens 73.3
-    /// (skinny 124.6), 256: 145.2 (64 × 64 173.1), at 512 282 against 128 ×
-    /// 128's 275 and at 1024 561 against 536 (kept there); its head
+    /// (skinny 124.6), 256: 145.2 (64 × 64 173.1), 512: 282 (64 × 64 339;
+    /// whole prompts of 512 tokens +4% on Q4_0, +7% on Q4_K), at 1024 561
+    /// against 128 × 128's 536 (kept there); its head
     /// 128256×2048 at 48 tokens 285 (skinny 510, 64 × 64 on f32 input 378),
     /// 64: 290 (419); llama-8b gate/up 28672×4096 at 48 tokens 141 (228),
     /// 64: 143 (236), 128: 279 (411), 256: 552 (567), 512: 963 (1041), head
@@ -172,7 +189,7 @@ impl CoopTile {
     /// At 32 tokens the skinny tiles still win (llama-1b gate/up 35.0
     /// against 50.1, llama-8b 115.9 against 137.5).
     pub fn takes_wide(rows: usize, cols: usize, n: usize) -> bool {
-        rows >= 16384 && n > 32 && (cols >= 4096 || n < 512)
+        rows >= 16384 && n > 32 && (cols >= 4096 || n < 1024)
     }
 
     /// Rows per tile.
@@ -271,13 +288,14 @@ impl CoopTile {
     ) -> Self {
         let fits = |t: &CoopTile| t.fits(ctx);
         // Sums of squares and the folded norm are the skinny kernel's alone.
-        let wide = !squares
-            && input != CoopInput::NormedBySquares
-            && Self::takes_wide(rows, cols, n)
-            && fits(&CoopTile::WIDE)
-            && waves_and_a_half(ctx, &CoopTile::WIDE, rows, n);
-        if wide && n <= super::SKINNY_MAX_TOKENS {
-            return CoopTile::WIDE;
+        let wide_rows =
+            !squares && input != CoopInput::NormedBySquares && Self::takes_wide(rows, cols, n);
+        let fills = |t: &CoopTile| fits(t) && waves_and_a_half(ctx, t, rows, n);
+        let wide = wide_rows && fills(&CoopTile::WIDE);
+        if wide_rows && n <= super::SKINNY_MAX_TOKENS {
+            if let Some(t) = [CoopTile::WIDE, CoopTile::MID8].into_iter().find(fills) {
+                return t;
+            }
         }
         if n <= super::SKINNY_MAX_TOKENS {
             // Wide weights take four row tiles per subgroup, so each
