@@ -292,10 +292,11 @@ impl CoopTile {
             !squares && input != CoopInput::NormedBySquares && Self::takes_wide(rows, cols, n);
         let fills = |t: &CoopTile| fits(t) && waves_and_a_half(ctx, t, rows, n);
         let wide = wide_rows && fills(&CoopTile::WIDE);
-        if wide_rows && n <= super::SKINNY_MAX_TOKENS {
-            if let Some(t) = [CoopTile::WIDE, CoopTile::MID8].into_iter().find(fills) {
-                return t;
-            }
+        if wide_rows
+            && n <= super::SKINNY_MAX_TOKENS
+            && let Some(t) = [CoopTile::WIDE, CoopTile::MID8].into_iter().find(fills)
+        {
+            return t;
         }
         if n <= super::SKINNY_MAX_TOKENS {
             // Wide weights take four row tiles per subgroup, so each
