@@ -15,8 +15,8 @@ use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, GluCall, GluInput, act_ref, record_glu};
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::{
-    CoopTile, FoldedRope, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums,
-    linear_ref, record_linear,
+    CoopInput, CoopTile, FoldedRope, Input, LinearCall, LinearVariant, MatvecShape, Output,
+    SquareSums, linear_ref, record_linear,
 };
 use combs::ops::rms_norm::{
     NormFlavor, NormOut, NormWeight, RmsNorm, RmsNormCall, record_rms_norm, rms_norm_ref,
@@ -228,6 +228,68 @@ fn coop_tiles_match_ref() {
             );
         }
     }
+}
+
+/// The tile choice, on this device's limits and on an H200's (48 KB of
+/// shared memory, 132 SMs): what only the skinny kernel does (writing sums
+/// of squares, reading the residual with its norm folded in) stays on
+/// skinny tiles at every batch size; past 32 tokens the weights
+/// `CoopTile::takes_wide` names leave them for `WIDE` where its workgroups
+/// make 1.4 per SM, else `MID8`; every other weight of up to 128 tokens
+/// keeps them.
+#[test]
+fn coop_tile_choice_keeps_skinny_work_on_skinny_tiles() {
+    let mut h200 = gpu().caps().clone();
+    h200.max_shared_memory = 49152;
+    h200.max_workgroup_invocations = 1024;
+    h200.sm_count = Some(132);
+    h200.coop_mat2 = None;
+    let shapes = [
+        (3072, 2048),
+        (2048, 8192),
+        (16384, 2048),
+        (28672, 4096),
+        (49152, 576),
+        (128256, 2048),
+    ];
+    for caps in [gpu().caps().clone(), h200.clone()] {
+        if !CoopTile::STREAM.fits_on(&caps) {
+            eprintln!("{}: no skinny tile fits: skipped", caps.name);
+            continue;
+        }
+        for (rows, cols) in shapes {
+            for n in [4, 16, 17, 32, 33, 48, 64, 96, 128] {
+                for (input, squares) in [
+                    (CoopInput::NormedBySquares, false),
+                    (CoopInput::F16, true),
+                    (CoopInput::F32, true),
+                ] {
+                    let t = CoopTile::choose_on(&caps, rows, cols, n, input, squares);
+                    assert!(t.skinny, "{rows}x{cols}, {n} tokens, {input:?}: {t:?}");
+                }
+                let t = CoopTile::choose_on(&caps, rows, cols, n, CoopInput::F16, false);
+                if CoopTile::takes_wide(rows, cols, n) {
+                    assert!(
+                        t.skinny || t == CoopTile::WIDE || t == CoopTile::MID8,
+                        "{rows}x{cols}, {n} tokens: {t:?}"
+                    );
+                } else {
+                    assert!(t.skinny, "{rows}x{cols}, {n} tokens: {t:?}");
+                }
+            }
+        }
+    }
+    let on_h200 = |rows, cols, n| CoopTile::choose_on(&h200, rows, cols, n, CoopInput::F16, false);
+    // llama-1b's gate/up: 128 workgroups of WIDE at 64 tokens are too few
+    assert_eq!(on_h200(16384, 2048, 64), CoopTile::MID8);
+    assert_eq!(on_h200(16384, 2048, 128), CoopTile::WIDE);
+    assert!(on_h200(16384, 2048, 32).skinny);
+    assert_eq!(on_h200(128256, 2048, 48), CoopTile::WIDE);
+    assert_eq!(on_h200(28672, 4096, 512), CoopTile::WIDE);
+    assert_eq!(on_h200(16384, 2048, 512), CoopTile::WIDE);
+    assert_eq!(on_h200(16384, 2048, 2048), CoopTile::BIG);
+    assert_eq!(on_h200(4096, 4096, 512), CoopTile::BIG);
+    assert!(!CoopTile::takes_wide(8192, 4096, 64));
 }
 
 const ALL_TYPES: [QuantType; 13] = QuantType::ALL;

@@ -173,8 +173,8 @@ const DECODE_THREADS_PER_SM: usize = 768;
 
 /// (workgroup size, invocations per key group) of an unsplit decode call
 /// of `pairs` (token, head) pairs whose tokens see at most `max_keys` keys:
-/// the default workgroup ([`keys_split`]) or a half or quarter of it
-/// (never below the subgroup), whichever [`decode_workgroup_cost`] finds
+/// the default workgroup (`keys_split`) or a half or quarter of it
+/// (never below the subgroup), whichever `decode_workgroup_cost` finds
 /// cheapest on this device. Many pairs of few keys (a batch of short
 /// sessions) leave a workgroup of 128 mostly idle, walking a handful of keys
 /// each, in several waves: on the H200 a step of 64 sequences of the 1B

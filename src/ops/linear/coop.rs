@@ -9,7 +9,7 @@
 
 use super::{FoldedRope, Input, LinearCall, Output, unsupported};
 use crate::error::{ModelError, Result};
-use crate::gpu::{Binding, GpuContext, Kernel, Recording};
+use crate::gpu::{Binding, DeviceCaps, GpuContext, Kernel, Recording};
 use crate::ops::glu::Activation;
 use crate::ops::params::{CoopParams, RopeFold};
 use crate::ops::{AnyMat, pc_u32};
@@ -172,10 +172,11 @@ impl CoopTile {
     };
 
     /// Whether a product of `rows` × `cols` weights and `n` tokens takes
-    /// [`CoopTile::WIDE`] (or [`CoopTile::MID8`]) where its workgroups make about one and a half
-    /// waves ([`CoopTile::choose_for`]): 16384+ rows past 32 tokens (where
-    /// batched decode's gate/up stop folding the norm), and for weights
-    /// narrower than 4096 columns only below 1024 tokens. On the H200
+    /// [`CoopTile::WIDE`] (or [`CoopTile::MID8`]) where its workgroups make
+    /// about one and a half waves ([`CoopTile::choose_for`]): 16384+ rows
+    /// past 32 tokens (where batched decode's gate/up stop folding the
+    /// norm), and for weights narrower than 4096 columns only below 1024
+    /// tokens. On the H200
     /// (`combs kernel-bench --preset llama-1b|llama-8b --type q4_0 --tokens
     /// 32,40,48,64,128,256,512,2048 --x-f16 --coop-tiles ...`, µs, against
     /// what ran before): llama-1b gate/up 16384×2048 at 128 tokens 73.3
@@ -238,7 +239,11 @@ impl CoopTile {
 
     /// Whether the device can run the tile: its shared memory and invocations.
     pub fn fits(&self, ctx: &GpuContext) -> bool {
-        let caps = ctx.caps();
+        self.fits_on(ctx.caps())
+    }
+
+    /// [`CoopTile::fits`] on a device of `caps`.
+    pub fn fits_on(&self, caps: &DeviceCaps) -> bool {
         if self.nv2 {
             return caps.coop_mat2.as_ref().is_some_and(|m2| {
                 m2.accepts(
@@ -286,11 +291,23 @@ impl CoopTile {
         input: CoopInput,
         squares: bool,
     ) -> Self {
-        let fits = |t: &CoopTile| t.fits(ctx);
+        Self::choose_on(ctx.caps(), rows, cols, n, input, squares)
+    }
+
+    /// [`CoopTile::choose_for`] on a device of `caps`.
+    pub fn choose_on(
+        caps: &DeviceCaps,
+        rows: usize,
+        cols: usize,
+        n: usize,
+        input: CoopInput,
+        squares: bool,
+    ) -> Self {
+        let fits = |t: &CoopTile| t.fits_on(caps);
         // Sums of squares and the folded norm are the skinny kernel's alone.
         let wide_rows =
             !squares && input != CoopInput::NormedBySquares && Self::takes_wide(rows, cols, n);
-        let fills = |t: &CoopTile| fits(t) && waves_and_a_half(ctx, t, rows, n);
+        let fills = |t: &CoopTile| fits(t) && waves_and_a_half(caps, t, rows, n);
         let wide = wide_rows && fills(&CoopTile::WIDE);
         if wide_rows
             && n <= super::SKINNY_MAX_TOKENS
@@ -329,7 +346,7 @@ impl CoopTile {
             };
             let norm_in = input == CoopInput::NormedBySquares;
             let tile = if n > 16 {
-                skinny_blocks(ctx, rows, cols, n, norm_in).unwrap_or(tile)
+                skinny_blocks(caps, rows, cols, n, norm_in).unwrap_or(tile)
             } else {
                 tile
             };
@@ -347,7 +364,7 @@ impl CoopTile {
                 CoopTile::SKINNY
             };
         }
-        if let Some(t) = nv2_tile(ctx, rows, n) {
+        if let Some(t) = nv2_tile(caps, rows, n) {
             return t;
         }
         if wide {
@@ -360,10 +377,14 @@ impl CoopTile {
         // nothing in whole prompts (llama-1b) and would cost a first
         // prompt the 128×128 pipelines' compile on a cold driver cache.
         let min_dim = if n >= 1024 { 2048 } else { 4096 };
-        if n > 64 && rows >= min_dim && cols >= min_dim && fits(&big) && full_waves(ctx, big_groups)
+        if n > 64
+            && rows >= min_dim
+            && cols >= min_dim
+            && fits(&big)
+            && full_waves(caps, big_groups)
         {
             big
-        } else if n >= 1024 && fits(&CoopTile::TALL) && many_waves(ctx, big_groups) {
+        } else if n >= 1024 && fits(&CoopTile::TALL) && many_waves(caps, big_groups) {
             // Encoders (a vision encoder's tiles, Whisper's window) and long
             // prompts: narrow weights, but tokens enough for big tiles.
             CoopTile::TALL
@@ -462,7 +483,7 @@ impl CoopTile {
 /// blocks lose to two and two: llama-1b gate/up at 64 tokens 117.8 against
 /// 93.0, llama-8b 389.0 against 298.0.
 fn skinny_blocks(
-    ctx: &GpuContext,
+    caps: &DeviceCaps,
     rows: usize,
     cols: usize,
     n: usize,
@@ -491,13 +512,13 @@ fn skinny_blocks(
             ..CoopTile::STREAM
         },
     ];
-    let enough = |t: &CoopTile| waves_and_a_half(ctx, t, rows, n);
+    let enough = |t: &CoopTile| waves_and_a_half(caps, t, rows, n);
     // Fewer K-subgroups where shared memory holds fewer.
     let fitted = |t: CoopTile| {
         (1..=t.wk)
             .rev()
             .map(|wk| CoopTile { wk, ..t })
-            .find(|c| c.fits(ctx))
+            .find(|c| c.fits_on(caps))
     };
     ladder
         .into_iter()
@@ -512,9 +533,9 @@ fn skinny_blocks(
 /// [`super::SKINNY_MAX_TOKENS`] tokens where the device has
 /// `VK_NV_cooperative_matrix2`: 128 × 128 where its workgroups make a wave,
 /// else 128 rows × 64 tokens.
-fn nv2_tile(ctx: &GpuContext, rows: usize, n: usize) -> Option<CoopTile> {
-    ctx.caps().coop_mat2.as_ref()?;
-    let sms = sm_count(ctx);
+fn nv2_tile(caps: &DeviceCaps, rows: usize, n: usize) -> Option<CoopTile> {
+    caps.coop_mat2.as_ref()?;
+    let sms = sm_count(caps);
     let narrow = CoopTile {
         wn: 2,
         ..CoopTile::NV2
@@ -522,7 +543,7 @@ fn nv2_tile(ctx: &GpuContext, rows: usize, n: usize) -> Option<CoopTile> {
     let groups = |t: &CoopTile| rows.div_ceil(t.bm()) * n.div_ceil(t.bn());
     let fitting: Vec<CoopTile> = [CoopTile::NV2, narrow]
         .into_iter()
-        .filter(|t| t.fits(ctx))
+        .filter(|t| t.fits_on(caps))
         .collect();
     fitting
         .iter()
@@ -536,8 +557,8 @@ fn nv2_tile(ctx: &GpuContext, rows: usize, n: usize) -> Option<CoopTile> {
 /// tokens, the output projection's 128 workgroups ran in 150 µs with it
 /// (253 µs with 64 × 64 tiles), the Q/K/V projection's 192 (one and a half
 /// waves) in 307 µs (257 with 64 × 64). Without an SM count, any number does.
-fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
-    let Some(sms) = ctx.caps().sm_count else {
+fn full_waves(caps: &DeviceCaps, groups: usize) -> bool {
+    let Some(sms) = caps.sm_count else {
         return true;
     };
     let waves = groups as f64 / f64::from(sms.max(1));
@@ -549,18 +570,18 @@ fn full_waves(ctx: &GpuContext, groups: usize) -> bool {
 /// on the H200 llama-1b's gate/up at 64 tokens (128 workgroups of
 /// [`CoopTile::WIDE`]) took 75 µs inside a decode step against the skinny
 /// tile's 69, though 51 against 64 timed alone.
-fn waves_and_a_half(ctx: &GpuContext, tile: &CoopTile, rows: usize, n: usize) -> bool {
-    10 * rows.div_ceil(tile.bm()) * n.div_ceil(tile.bn()) >= 14 * sm_count(ctx)
+fn waves_and_a_half(caps: &DeviceCaps, tile: &CoopTile, rows: usize, n: usize) -> bool {
+    10 * rows.div_ceil(tile.bm()) * n.div_ceil(tile.bn()) >= 14 * sm_count(caps)
 }
 
 /// Whether `groups` workgroups make four waves or more.
-fn many_waves(ctx: &GpuContext, groups: usize) -> bool {
-    groups >= 4 * sm_count(ctx)
+fn many_waves(caps: &DeviceCaps, groups: usize) -> bool {
+    groups >= 4 * sm_count(caps)
 }
 
 /// The device's SMs where the driver says, otherwise as on a GPU of 128.
-fn sm_count(ctx: &GpuContext) -> usize {
-    ctx.caps().sm_count.unwrap_or(128) as usize
+fn sm_count(caps: &DeviceCaps) -> usize {
+    caps.sm_count.unwrap_or(128) as usize
 }
 
 /// What a cooperative epilogue folds into the stores: the gate's
