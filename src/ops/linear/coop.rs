@@ -146,13 +146,7 @@ impl CoopTile {
     /// holds one.
     pub const WIDE: CoopTile = CoopTile {
         wm: 4,
-        wn: 2,
-        wk: 1,
-        tm: 2,
-        tn: 2,
-        bk: 64,
-        skinny: false,
-        nv2: false,
+        ..CoopTile::MID
     };
 
     /// 64 × 64 with eight subgroups of 32 rows × 16 tokens (90 registers on
@@ -161,14 +155,9 @@ impl CoopTile {
     /// sequences: 56 µs a step against the skinny tile's 69, where `WIDE`'s
     /// 128 workgroups took 75).
     pub const MID8: CoopTile = CoopTile {
-        wm: 2,
         wn: 4,
-        wk: 1,
-        tm: 2,
         tn: 1,
-        bk: 64,
-        skinny: false,
-        nv2: false,
+        ..CoopTile::MID
     };
 
     /// Whether a product of `rows` × `cols` weights and `n` tokens takes
@@ -201,6 +190,11 @@ impl CoopTile {
     /// Tokens per tile.
     pub fn bn(&self) -> usize {
         (self.wn * self.tn * 16) as usize
+    }
+
+    /// Workgroups of a product of `rows` outputs and `n` tokens.
+    fn workgroups(&self, rows: usize, n: usize) -> usize {
+        rows.div_ceil(self.bm()) * n.div_ceil(self.bn())
     }
 
     /// Invocations per workgroup.
@@ -371,7 +365,7 @@ impl CoopTile {
             return CoopTile::WIDE;
         }
         let big = CoopTile::BIG;
-        let big_groups = rows.div_ceil(big.bm()) * n.div_ceil(big.bn());
+        let big_groups = big.workgroups(rows, n);
         let mid = CoopTile::MID;
         // 2048-wide weights only from 1024 tokens: at 512 they gained
         // nothing in whole prompts (llama-1b) and would cost a first
@@ -540,14 +534,13 @@ fn nv2_tile(caps: &DeviceCaps, rows: usize, n: usize) -> Option<CoopTile> {
         wn: 2,
         ..CoopTile::NV2
     };
-    let groups = |t: &CoopTile| rows.div_ceil(t.bm()) * n.div_ceil(t.bn());
     let fitting: Vec<CoopTile> = [CoopTile::NV2, narrow]
         .into_iter()
         .filter(|t| t.fits_on(caps))
         .collect();
     fitting
         .iter()
-        .find(|t| groups(t) >= sms)
+        .find(|t| t.workgroups(rows, n) >= sms)
         .or(fitting.last())
         .copied()
 }
@@ -571,7 +564,7 @@ fn full_waves(caps: &DeviceCaps, groups: usize) -> bool {
 /// [`CoopTile::WIDE`]) took 75 µs inside a decode step against the skinny
 /// tile's 69, though 51 against 64 timed alone.
 fn waves_and_a_half(caps: &DeviceCaps, tile: &CoopTile, rows: usize, n: usize) -> bool {
-    10 * rows.div_ceil(tile.bm()) * n.div_ceil(tile.bn()) >= 14 * sm_count(caps)
+    10 * tile.workgroups(rows, n) >= 14 * sm_count(caps)
 }
 
 /// Whether `groups` workgroups make four waves or more.
