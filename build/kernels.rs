@@ -210,13 +210,22 @@ pub fn kernels() -> Vec<KernelDef> {
             )
         });
     }
-    // Q4_K with x quantized to q8_K blocks in every workgroup.
+    // Q4_K with x quantized to q8_K blocks in every workgroup, 64 columns
+    // per step, and over 32-column units.
     k.push(KernelDef {
         vulkan13: true,
         ..def(
             "matvec_q4_k_q8_k_xf32",
             "matvec_q8.comp",
             &[("DATA_A_Q4_K", "1"), ("X_F32", "1")],
+        )
+    });
+    k.push(KernelDef {
+        vulkan13: true,
+        ..def(
+            "matvec_q4_k_u32_q8_k_xf32",
+            "matvec_q8.comp",
+            &[("DATA_A_Q4_K", "1"), ("Q4K_UNIT32", "1"), ("X_F32", "1")],
         )
     });
     k.push(def("quantize_q8_1_f32", "quantize_q8_1.comp", &[]));

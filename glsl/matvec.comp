@@ -362,17 +362,29 @@ void main() {
                 barrier();   // every row group is done with the last chunk
             }
             float ss = 0.0;
-            for (uint v = lid; v < (c1 - c0) * UVEC4; v += gl_WorkGroupSize.x) {
-                vec4 t = data_x[x_off + c0 * UVEC4 + v];
-                if (norm) {
-                    ss += dot(t, t);
-                    vec4 nw = data_norm[c0 * UVEC4 + v];
-                    if (norm1) {
-                        nw += 1.0;
-                    }
-                    t *= nw;
+            // Four vec4s (and their norm weights) in flight per invocation:
+            // one load per iteration paid a round trip to memory each.
+            const uint nv = (c1 - c0) * UVEC4;
+            const uint wgs = gl_WorkGroupSize.x;
+            for (uint v0 = lid; v0 < nv; v0 += 4u * wgs) {
+                vec4 t[4];
+                vec4 nw[4];
+                [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                    const uint v = min(v0 + j * wgs, nv - 1u);
+                    t[j] = data_x[x_off + c0 * UVEC4 + v];
+                    nw[j] = norm ? data_norm[c0 * UVEC4 + v] : vec4(1.0);
                 }
-                xs[xs_slot(v)] = t;
+                [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                    const uint v = v0 + j * wgs;
+                    if (v < nv) {
+                        vec4 x4 = t[j];
+                        if (norm) {
+                            ss += dot(x4, x4);
+                            x4 *= norm1 ? nw[j] + 1.0 : nw[j];
+                        }
+                        xs[xs_slot(v)] = x4;
+                    }
+                }
             }
             if (norm) {
                 ss = subgroupAdd(ss);

@@ -11,7 +11,8 @@
 // Q4_K weights (X_F32 only): x is quantized as ggml-cpu's q8_K (256-blocks,
 // f32 scale from the signed extreme, quantize_row_q8_K_ref) and each
 // 32-column sub-block gives (d sc sumi - dmin m sum(qx)) d_x, the terms of
-// vec_dot_q4_K_q8_K.
+// vec_dot_q4_K_q8_K. An invocation takes two sub-blocks (64 columns, one
+// load of their 32 bytes) per step, or one with Q4K_UNIT32.
 //
 // The layout is matvec.comp's (see its header): row groups of TPR lanes
 // sharing NR rows (one load of x per unit for all NR rows), KS column
@@ -82,6 +83,9 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #endif
 #define X_Q8K 1
 #include "common/q4k_scales.glsl"
+#if !defined(Q4K_UNIT32)
+#define Q4K_PAIRS 1
+#endif
 #endif
 
 // sumi * d_w of unit u of row `row` against x's quants (xa: columns 0..15,
@@ -129,6 +133,41 @@ float unit_dot(uint row, uint u, uint units, const uvec4 xa, const uvec4 xb, con
          - (a_scale(p.nb, kb, 1u) * float(sm.y)) * float(sx);
 #endif
 }
+
+#if defined(Q4K_PAIRS)
+// Q4_K over 64-column steps: sub-blocks 2j and 2j + 1 of block j / 4 (j
+// counts pairs of units) share one load of their 32 bytes (low nibbles the
+// first, high the second) and of the block's scales, where 32-column units
+// load each twice (in neighbouring invocations). Unit terms as unit_dot's;
+// the two are added before the product with x's scale, which their
+// 256-block gives both.
+float pair_dot(uint row, uint j, uint units, const uvec4 xa0, const uvec4 xb0, const int sx0,
+               const uvec4 xa1, const uvec4 xb1, const int sx1) {
+    const uint kb = row * (units / 8u) + j / 4u;
+    const uint j64 = j % 4u;
+    const uint qw = (kb * PLANE0_WORDS + 8u * j64) / 4u;
+    const uvec4 w0 = data_a4[qw];
+    const uvec4 w1 = data_a4[qw + 1u];
+    int s0 = 0, s1 = 0;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        s0 += dotPacked4x8EXT(int(w0[i] & 0x0F0F0F0Fu), int(xa0[i]));
+        s0 += dotPacked4x8EXT(int(w1[i] & 0x0F0F0F0Fu), int(xb0[i]));
+        s1 += dotPacked4x8EXT(int((w0[i] >> 4) & 0x0F0F0F0Fu), int(xa1[i]));
+        s1 += dotPacked4x8EXT(int((w1[i] >> 4) & 0x0F0F0F0Fu), int(xb1[i]));
+    }
+    const uvec3 sw = scale_words(kb);
+    const uvec2 sm0 = scale_min_words(sw, 2u * j64);
+    const uvec2 sm1 = scale_min_words(sw, 2u * j64 + 1u);
+    const float d = a_scale(p.nb, kb, 0u);
+    const float dmin = a_scale(p.nb, kb, 1u);
+    return ((d * float(sm0.x)) * float(s0) - (dmin * float(sm0.y)) * float(sx0))
+         + ((d * float(sm1.x)) * float(s1) - (dmin * float(sm1.y)) * float(sx1));
+}
+// Units of x per step of the column loop.
+const uint UW = 2u;
+#else
+const uint UW = 1u;
+#endif
 
 // Shuffles reduce within runs of SG lanes; wider row groups go through shared memory.
 const uint SG = TPR < SUBGROUP ? TPR : SUBGROUP;
@@ -283,9 +322,10 @@ void main() {
     // Before any invocation leaves: the quantizer has barriers.
     quantize_row(xq, units);
 #endif
-    const uint per_slice = (units + KS - 1u) / KS;
+    const uint steps = units / UW;
+    const uint per_slice = (steps + KS - 1u) / KS;
     const uint u_lo = slice * per_slice;
-    const uint u_hi = min(units, u_lo + per_slice);
+    const uint u_hi = min(steps, u_lo + per_slice);
 
     float acc[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++) {
@@ -298,6 +338,21 @@ void main() {
                 // loads of all UN units go out together.
                 const bool live = u0 + i * TPR < u_hi;
                 const uint u = live ? u0 + i * TPR : u0;
+#if defined(Q4K_PAIRS)
+                const uint ua = 2u * u;
+                const uvec4 xa0 = X_QA(ua);
+                const uvec4 xb0 = X_QB(ua);
+                const uvec4 xa1 = X_QA(ua + 1u);
+                const uvec4 xb1 = X_QB(ua + 1u);
+                const int sx0 = int(X_SC(ua)) >> 16;
+                const int sx1 = int(X_SC(ua + 1u)) >> 16;
+                const float dx = X_DX(ua, 0u);
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    const float v = pair_dot(min(row0 + r, p.m - 1u), u, units, xa0, xb0, sx0,
+                                             xa1, xb1, sx1) * dx;
+                    acc[r] += live ? v : 0.0;
+                }
+#else
                 const uvec4 xa = X_QA(u);
                 const uvec4 xb = X_QB(u);
                 const uint xw = X_SC(u);
@@ -309,6 +364,7 @@ void main() {
                     const float v = unit_dot(min(row0 + r, p.m - 1u), u, units, xa, xb, sx) * dx;
                     acc[r] += live ? v : 0.0;
                 }
+#endif
             }
         }
     }

@@ -483,12 +483,24 @@ fn check_matvec_q4k(rows: usize, cols: usize, n: usize, norm: bool, shape: Optio
     }
 }
 
+/// `mv`'s layout over 32-column units (Q4_K's narrow kernel).
+fn narrow(s: Option<MatvecShape>) -> Option<MatvecShape> {
+    s.map(|s| MatvecShape { narrow: true, ..s })
+}
+
 #[test]
 fn matvec_q4k_matches_llama_cpp_rounding() {
-    check_matvec_q4k(64, 256, 1, false, None);
-    check_matvec_q4k(37, 2048, 2, false, mv(32, 3, 1, 2, 64));
-    check_matvec_q4k(75, 256 * 7, 3, true, mv(16, 2, 2, 1, 128));
-    check_matvec_q4k(40, 256 * 9, 1, true, mv(8, 4, 1, 2, 256));
+    // 64-column steps (the default) and 32-column units, each with slices
+    // that end mid-block and more lanes than steps.
+    for w in [false, true] {
+        let m = |s| if w { narrow(s) } else { s };
+        check_matvec_q4k(64, 256, 1, false, m(None));
+        check_matvec_q4k(37, 2048, 2, false, m(mv(32, 3, 1, 2, 64)));
+        check_matvec_q4k(75, 256 * 7, 3, true, m(mv(16, 2, 2, 1, 128)));
+        check_matvec_q4k(40, 256 * 9, 1, true, m(mv(8, 4, 1, 2, 256)));
+        check_matvec_q4k(19, 256 * 56, 1, false, m(mv(32, 4, 2, 2, 256)));
+        check_matvec_q4k(33, 256 * 5, 2, true, m(mv(4, 2, 4, 3, 64)));
+    }
 }
 
 /// The quantizer and the matvec recorded together (`record_quantized`), the

@@ -272,7 +272,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.json {
         let prof: Vec<String> = profiles
             .iter()
-            .map(|(shape, _, rows)| {
+            .map(|(shape, _, rows, _)| {
                 let r: Vec<String> = rows
                     .iter()
                     .map(|(k, ms)| format!("{{\"kernel\":\"{k}\",\"ms\":{ms:.4}}}"))
@@ -401,13 +401,17 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         )?;
         write_kernel_times(out, &b.profile)?;
     }
-    for (shape, (dispatches, barriers), rows) in &profiles {
+    for (shape, (dispatches, barriers), rows, in_order) in &profiles {
         writeln!(
             out,
             "\nGPU time of one forward pass of {shape} token(s) ({dispatches} dispatches, \
              {barriers} barriers), by kernel:"
         )?;
         write_kernel_times(out, rows)?;
+        writeln!(out, "  its first {} dispatches in order:", in_order.len())?;
+        for (k, us) in in_order {
+            writeln!(out, "    {k:30} {us:9.2} us")?;
+        }
     }
     Ok(())
 }
@@ -451,8 +455,19 @@ fn write_kernel_times(out: &mut dyn Write, rows: &[(String, f64)]) -> std::io::R
     writeln!(out, "  {:30} {total:9.3} ms", "total")
 }
 
-/// Per forward pass: tokens, (dispatches, barriers), GPU ms per kernel.
-type Profile = Vec<(usize, (usize, usize), Vec<(String, f64)>)>;
+/// Per forward pass: tokens, (dispatches, barriers), GPU ms per kernel,
+/// then its first dispatches in order with their µs.
+type Profile = Vec<(
+    usize,
+    (usize, usize),
+    Vec<(String, f64)>,
+    Vec<(String, f64)>,
+)>;
+
+/// Dispatches of a pass listed in order by `--profile`: the embedding and
+/// the first two blocks of the models here, which shows what each product
+/// costs between its neighbours (a kernel's total mixes them).
+const PROFILE_IN_ORDER: usize = 12;
 
 /// GPU time per kernel of one forward pass of `n_prompt` tokens and of one decode token.
 fn profile(
@@ -488,7 +503,13 @@ fn profile(
             .into_iter()
             .map(|(k, ns)| (k, ns / 1e6))
             .collect();
-        out.push((n, (rec.n_dispatches(), rec.n_barriers()), rows));
+        let stamps = rec.timestamps()?;
+        let in_order = stamps
+            .windows(2)
+            .take(PROFILE_IN_ORDER)
+            .map(|w| (w[1].0.clone(), (w[1].1 - w[0].1) / 1e3))
+            .collect();
+        out.push((n, (rec.n_dispatches(), rec.n_barriers()), rows, in_order));
     }
     Ok(out)
 }

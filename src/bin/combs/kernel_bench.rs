@@ -625,9 +625,9 @@ fn q8_rows(
     print_row(out, m, t, "q8quant", us, io / us / 1e3)?;
     for shape in shapes {
         let s = shape
+            // `n`: Q4_K over 32-column units.
             .map(|s| MatvecShape {
                 stage_x: false,
-                narrow: false,
                 ..s
             })
             .unwrap_or_else(|| matvec_q8::choose_shape(ctx, m.rows, m.cols));

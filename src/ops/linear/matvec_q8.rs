@@ -291,6 +291,13 @@ pub fn record_matvec_q8(rec: &mut Recording, call: &LinearCall<'_>, x: Q8Input<'
         if (glu.is_some() || rope.is_some()) && shape.nr % 2 == 1 {
             shape.nr += 1;
         }
+        // Q4_K steps 64 columns at a time unless the layout asks for
+        // 32-column units (as the f32 matvec's `narrow`).
+        let kernel = if kernel == Kernel::MatvecQ4KQ8KXf32 && shape.narrow {
+            Kernel::MatvecQ4KU32Q8KXf32
+        } else {
+            kernel
+        };
         if in_wg && shared_bytes(&shape, k) > ctx.caps().max_shared_memory as usize {
             return Err(ModelError::kernel(
                 "matvec_q8",
