@@ -25,11 +25,20 @@
 //
 // X_F32: x is the f32 row itself (binding 1, vec4s: x_offset and ld_x count
 // vec4s), quantized by every workgroup into shared memory (XU = K/32 units)
-// exactly as quantize_q8_1.comp does, with LINEAR_NORM (+
-// LINEAR_NORM_ZERO_CENTRED, weights in binding 6) folding the RMS norm in.
-// Each workgroup repeats the quantization of its token's row, a few
-// hundred operations per unit, which costs less than a dispatch of its own
-// and the barrier before the product.
+// exactly as quantize_q8_1.comp does. Each workgroup repeats the
+// quantization of its token's row, a few hundred operations per unit,
+// which costs less than a dispatch of its own and the barrier before the
+// product.
+// With LINEAR_NORM (+ LINEAR_NORM_ZERO_CENTRED, weights in binding 6) x is
+// the raw residual and the RMS norm is folded in: the workgroup quantizes
+// x * w and multiplies its sums by 1 / rms(x) at the end, from squares
+// taken with the same loads. Quantizing x * w / rms first needed a pass
+// over the row and a workgroup reduction before the quantization could
+// start (~4 us of each such product on the H200, 12% of an 8B decode
+// step). The quants are those of the normed row but where x * w / rms
+// lies within a rounding of a half step (the scale cancels in q = x / d),
+// and each block's scale is an f32 (amax / 127, times 1 / rms) where
+// quantize_q8_1 rounds it to f16.
 //
 // Optional, by p.flags (iface/matvec_q8.glsl): LINEAR_ACCUMULATE,
 // LINEAR_BIAS, LINEAR_GLU (+ LINEAR_GELU), LINEAR_ROPE, as matvec.comp.
@@ -69,7 +78,6 @@ layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #include "common/act.glsl"
 #include "common/rope.glsl"
 #if defined(X_F32)
-#include "common/reduce.glsl"
 #include "common/round.glsl"
 #include "common/quantize_q8.glsl"
 #endif
@@ -178,6 +186,13 @@ shared float red[gl_WorkGroupSize.x * NR];
 // its (f16 d, int16 sum) word in xs_s[u], as quantize_q8_1.comp lays them out.
 shared uvec4 xs_q[2u * XU];
 shared uint xs_s[XU];
+// Each subgroup's sum of squares of x (LINEAR_NORM).
+shared float xs_ss[32];
+#if !defined(X_Q8K)
+// Unit u's scale as an f32: the f16 of xs_s[u] without LINEAR_NORM, the
+// unrounded amax / 127 of x * w with it.
+shared float xs_df[XU];
+#endif
 #if defined(X_Q8K)
 // q8_K: each unit's signed extreme, then each 256-block's f32 scale.
 shared float xs_e[XU];
@@ -191,16 +206,9 @@ void quantize_row(const uint xv, const uint units) {
     const uint wg = gl_WorkGroupSize.x;
     const bool norm = (p.flags & LINEAR_NORM) != 0u;
     const bool norm1 = (p.flags & LINEAR_NORM_ZERO_CENTRED) != 0u;
-    float scale = 1.0;
-    if (norm) {
-        float ss = 0.0;
-        for (uint i = lid; i < 8u * units; i += wg) {
-            const vec4 t = data_xf[xv + i];
-            ss += dot(t, t);
-        }
-        ss = workgroup_sum(ss);
-        scale = inversesqrt(ss / float(p.k) + p.eps);
-    }
+    // x * w: 1 / rms comes at the end (see the header).
+    const float scale = 1.0;
+    float ss = 0.0;
 #if defined(X_Q8K)
     // act_round.comp's ROUND_Q8_K, a unit per invocation: the signed value of
     // largest magnitude of each 256-block (the first on ties) through shared
@@ -213,6 +221,9 @@ void quantize_row(const uint xv, const uint units) {
         float m = 0.0;
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             vec4 t = live ? data_xf[xv + 8u * u + j] : vec4(0.0);
+            if (norm) {
+                ss += dot(t, t);
+            }
             if (norm && live) {
                 t = norm_weighted(t, 8u * u + j, scale, norm1);
             }
@@ -258,6 +269,13 @@ void quantize_row(const uint xv, const uint units) {
         }
         barrier();
     }
+    if (norm) {
+        ss = subgroupAdd(ss);
+        if (subgroupElect()) {
+            xs_ss[gl_SubgroupID] = ss;
+        }
+        barrier();
+    }
 #else
     for (uint u = lid; u < units; u += wg) {
         vec4 v[8];
@@ -265,13 +283,16 @@ void quantize_row(const uint xv, const uint units) {
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             vec4 t = data_xf[xv + 8u * u + j];
             if (norm) {
+                ss += dot(t, t);
+            }
+            if (norm) {
                 t = norm_weighted(t, 8u * u + j, scale, norm1);
             }
             v[j] = t;
             const vec4 a = abs(t);
             amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
         }
-        const float d = round_f16(div_rn(amax, 127.0));
+        const float d = norm ? div_rn(amax, 127.0) : round_f16(div_rn(amax, 127.0));
         const float inv = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
         int sum = 0;
         uint w[8];
@@ -284,6 +305,13 @@ void quantize_row(const uint xv, const uint units) {
         xs_q[2u * u] = uvec4(w[0], w[1], w[2], w[3]);
         xs_q[2u * u + 1u] = uvec4(w[4], w[5], w[6], w[7]);
         xs_s[u] = (packHalf2x16(vec2(d, 0.0)) & 0xFFFFu) | (uint(sum) << 16);
+        xs_df[u] = d;
+    }
+    if (norm) {
+        ss = subgroupAdd(ss);
+        if (subgroupElect()) {
+            xs_ss[gl_SubgroupID] = ss;
+        }
     }
     barrier();
 #endif
@@ -294,7 +322,7 @@ void quantize_row(const uint xv, const uint units) {
 #if defined(X_Q8K)
 #define X_DX(u, w) xs_d[(u) / 8u]
 #else
-#define X_DX(u, w) unpackHalf2x16(w).x
+#define X_DX(u, w) xs_df[u]
 #endif
 #else
 #define X_DX(u, w) unpackHalf2x16(w).x
@@ -399,9 +427,19 @@ void main() {
     if (lane != 0u || slice != 0u) {
         return;
     }
+    float inv = 1.0;
+#if defined(X_F32)
+    if ((p.flags & LINEAR_NORM) != 0u) {
+        float ss = 0.0;
+        for (uint i = 0u; i < gl_NumSubgroups; i++) {
+            ss += xs_ss[i];
+        }
+        inv = inversesqrt(ss / float(p.k) + p.eps);
+    }
+#endif
     float v[NR];
     [[unroll]] for (uint r = 0u; r < NR; r++) {
-        v[r] = with_bias(row0 + r, acc[r]);
+        v[r] = with_bias(row0 + r, acc[r] * inv);
     }
     if ((p.flags & LINEAR_ROPE) != 0u) {
         // The rope kernel's arithmetic, on the values it would have read.

@@ -117,9 +117,11 @@ pub fn choose_shape(ctx: &GpuContext, rows: usize, cols: usize) -> MatvecShape {
 pub enum Q8Input<'a> {
     /// Rows [`record_quantize_q8_1`] wrote.
     Quantized(Q8Rows<'a>),
-    /// f32 rows (optionally the raw residual of a folded RMS norm) that
-    /// every workgroup quantizes into shared memory itself, the quantizer's
-    /// arithmetic without its dispatch.
+    /// f32 rows that every workgroup quantizes into shared memory itself,
+    /// the quantizer's arithmetic without its dispatch; or the raw residual
+    /// of a folded RMS norm, of which the workgroups quantize x · w and
+    /// apply 1 / rms to their sums (the normed row's quants but at rounding
+    /// ties, f32 block scales: `glsl/matvec_q8.comp`).
     F32 {
         /// The rows (16-byte aligned).
         x: Mat<'a>,
@@ -138,9 +140,11 @@ impl Q8Input<'_> {
 }
 
 /// Bytes of shared memory the in-workgroup quantizer of `cols` columns
-/// takes next to the reduction slots of `shape`.
+/// takes next to the reduction slots of `shape`: per 32 columns 32 quants,
+/// a word of scale and sum, and an f32 scale (Q4_K: the unit's extreme,
+/// and a scale per 256), and the subgroups' sums of squares.
 fn shared_bytes(shape: &MatvecShape, cols: usize) -> usize {
-    cols / 32 * 36 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
+    cols / 32 * 40 + cols / 256 * 4 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
 }
 
 /// Most workgroups per token that each quantize the row themselves, past
