@@ -366,23 +366,27 @@ void main() {
             // one load per iteration paid a round trip to memory each.
             const uint nv = (c1 - c0) * UVEC4;
             const uint wgs = gl_WorkGroupSize.x;
+            // The norm's weights in a run of their own behind one branch:
+            // loads behind a branch per vec4 wait for each other.
             for (uint v0 = lid; v0 < nv; v0 += 4u * wgs) {
                 vec4 t[4];
-                vec4 nw[4];
                 [[unroll]] for (uint j = 0u; j < 4u; j++) {
-                    const uint v = min(v0 + j * wgs, nv - 1u);
-                    t[j] = data_x[x_off + c0 * UVEC4 + v];
-                    nw[j] = norm ? data_norm[c0 * UVEC4 + v] : vec4(1.0);
+                    t[j] = data_x[x_off + c0 * UVEC4 + min(v0 + j * wgs, nv - 1u)];
+                }
+                if (norm) {
+                    vec4 nw[4];
+                    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                        nw[j] = data_norm[c0 * UVEC4 + min(v0 + j * wgs, nv - 1u)];
+                    }
+                    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+                        ss += v0 + j * wgs < nv ? dot(t[j], t[j]) : 0.0;
+                        t[j] *= norm1 ? nw[j] + 1.0 : nw[j];
+                    }
                 }
                 [[unroll]] for (uint j = 0u; j < 4u; j++) {
                     const uint v = v0 + j * wgs;
                     if (v < nv) {
-                        vec4 x4 = t[j];
-                        if (norm) {
-                            ss += dot(x4, x4);
-                            x4 *= norm1 ? nw[j] + 1.0 : nw[j];
-                        }
-                        xs[xs_slot(v)] = x4;
+                        xs[xs_slot(v)] = t[j];
                     }
                 }
             }
