@@ -8,7 +8,9 @@
 //! the f32 matvec's ([`MatvecShape`]: row groups, rows per group, column
 //! slices, units in flight) without staging x, which at 36 bytes per 32
 //! columns is read through cache; it folds the same epilogues (bias,
-//! accumulation, gated rows, rope rows) and the quantizer folds the norm.
+//! accumulation, gated rows, rope rows) and the RMS norm (in the quantizer
+//! dispatch, or in each workgroup's quantization of x · w with 1 / rms
+//! applied to its sums: see [`Q8Input::F32`]).
 
 use std::sync::Arc;
 
