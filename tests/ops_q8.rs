@@ -503,6 +503,95 @@ fn matvec_q4k_matches_llama_cpp_rounding() {
     }
 }
 
+/// Q4_0 / Q8_0 with the RMS norm folded into each workgroup's quantization
+/// (x · w quantized, 1 / rms applied to the sums) against llama.cpp's
+/// rounding of the normed row (`quantize_row_q8_1` of the CPU norm, then
+/// the integer dot products): the same but for f16 against f32 block
+/// scales and values at rounding ties, so within a few parts in 10⁴, and
+/// several times closer to it than to the exact product is.
+#[test]
+fn matvec_q8_folded_norm_is_llama_cpp_rounding_of_the_normed_row() {
+    let ctx = int_dot_device();
+    for (t, rows, cols, n, flavor, shape) in [
+        (QuantType::Q4_0, 70, 2048, 2, NormFlavor::Plain, None),
+        (
+            QuantType::Q8_0,
+            45,
+            32 * 33,
+            1,
+            NormFlavor::ZeroCentred,
+            None,
+        ),
+        (
+            QuantType::Q4_0,
+            33,
+            32 * 75,
+            3,
+            NormFlavor::Plain,
+            mv(16, 2, 4, 1, 128),
+        ),
+        (
+            QuantType::Q8_0,
+            64,
+            14336,
+            1,
+            NormFlavor::Plain,
+            mv(32, 4, 2, 2, 256),
+        ),
+    ] {
+        let label = format!("matvec_q8_norm_{}_{rows}x{cols}_n{n}", t.name());
+        let mut rng = Rng::fresh(&label);
+        let bytes = random_weight(&mut rng, t, rows * cols);
+        let mut up = Uploader::new(&ctx).expect("staging");
+        let w = QuantWeight::from_gguf_bytes(&ctx, &mut up, "w", t, rows, cols, &bytes)
+            .expect("upload");
+        up.flush().expect("flush");
+        // A residual's spread: a large mean square, so 1 / rms matters.
+        let x: Vec<f32> = activations(&mut rng, n * cols)
+            .iter()
+            .map(|v| 6.0 * v)
+            .collect();
+        let nw = rng.normals(cols, 1.0);
+        let (xb, nb) = (device_f32(&ctx, &x), device_f32(&ctx, &nw));
+        let out = readback(&ctx, n * rows);
+        let eps = 1e-5;
+        run(&ctx, |rec| {
+            let xm = Mat::new(&xb, n, cols);
+            let norm = Some(NormWeight {
+                weight: &nb,
+                flavor,
+                eps,
+            });
+            let call = LinearCall::new(
+                &w,
+                None,
+                Input::F32(xm),
+                Output::Store(Mat::new(&out, n, rows)),
+            )
+            .with_shape(shape);
+            record_matvec_q8(rec, &call, Q8Input::F32 { x: xm, norm }).expect("record");
+        });
+        let mut got = vec![0.0f32; n * rows];
+        out.read_slice(0, &mut got).expect("read");
+        let wf = combs::quant::dequantize_vec(t, &bytes, rows * cols).expect("dequant");
+        for tk in 0..n {
+            let xin = rms_norm_ref(&x[tk * cols..(tk + 1) * cols], Some(&nw), flavor, eps);
+            let want = matvec_q8_ref(t, &bytes, rows, cols, &quantize_row_q8_1_ref(&xin));
+            let exact = combs::ops::linear::linear_ref(&wf, rows, cols, &xin, 1);
+            let row = &got[tk * rows..(tk + 1) * rows];
+            let (e, e_exact) = (rel_err(row, &want), rel_err(row, &exact));
+            assert!(
+                e < 1e-3,
+                "{label} token {tk}: {e} from llama.cpp's rounding"
+            );
+            assert!(
+                e < 0.25 * e_exact,
+                "{label} token {tk}: {e} from llama.cpp's rounding, {e_exact} from the exact product"
+            );
+        }
+    }
+}
+
 /// The quantizer and the matvec recorded together (`record_quantized`), the
 /// norm folded into the quantizer, against the f32 matvec on the CPU: the
 /// integer path's whole error is llama.cpp's rounding of x.
