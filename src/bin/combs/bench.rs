@@ -408,9 +408,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
              {barriers} barriers), by kernel:"
         )?;
         write_kernel_times(out, rows)?;
-        writeln!(out, "  its first {} dispatches in order:", in_order.len())?;
-        for (k, us) in in_order {
-            writeln!(out, "    {k:30} {us:9.2} us")?;
+        // Host kernels (CPU devices) record no dispatches.
+        if !in_order.is_empty() {
+            writeln!(out, "  its first {} dispatches in order:", in_order.len())?;
+            for (k, us) in in_order {
+                writeln!(out, "    {k:30} {us:9.2} us")?;
+            }
         }
     }
     Ok(())
