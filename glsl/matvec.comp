@@ -366,13 +366,13 @@ void main() {
             // one load per iteration paid a round trip to memory each.
             const uint nv = (c1 - c0) * UVEC4;
             const uint wgs = gl_WorkGroupSize.x;
-            // The norm's weights in a run of their own behind one branch:
-            // loads behind a branch per vec4 wait for each other.
             for (uint v0 = lid; v0 < nv; v0 += 4u * wgs) {
                 vec4 t[4];
                 [[unroll]] for (uint j = 0u; j < 4u; j++) {
                     t[j] = data_x[x_off + c0 * UVEC4 + min(v0 + j * wgs, nv - 1u)];
                 }
+                // The norm's weights in a run of their own behind one branch:
+                // loads behind a branch per vec4 wait for each other.
                 if (norm) {
                     vec4 nw[4];
                     [[unroll]] for (uint j = 0u; j < 4u; j++) {

@@ -199,6 +199,15 @@ shared float xs_e[XU];
 shared float xs_d[(XU + 7u) / 8u];
 #endif
 
+// This invocation's sum of squares of x into its subgroup's slot of xs_ss
+// (LINEAR_NORM; read after the quantizer's last barrier).
+void store_squares(float ss) {
+    ss = subgroupAdd(ss);
+    if (subgroupElect()) {
+        xs_ss[gl_SubgroupID] = ss;
+    }
+}
+
 // quantize_q8_1.comp's arithmetic for the row at vec4 xv, one unit per
 // invocation; every invocation must call it (barriers).
 void quantize_row(const uint xv, const uint units) {
@@ -270,10 +279,7 @@ void quantize_row(const uint xv, const uint units) {
         barrier();
     }
     if (norm) {
-        ss = subgroupAdd(ss);
-        if (subgroupElect()) {
-            xs_ss[gl_SubgroupID] = ss;
-        }
+        store_squares(ss);
         barrier();
     }
 #else
@@ -284,8 +290,6 @@ void quantize_row(const uint xv, const uint units) {
             vec4 t = data_xf[xv + 8u * u + j];
             if (norm) {
                 ss += dot(t, t);
-            }
-            if (norm) {
                 t = norm_weighted(t, 8u * u + j, scale, norm1);
             }
             v[j] = t;
@@ -308,10 +312,7 @@ void quantize_row(const uint xv, const uint units) {
         xs_df[u] = d;
     }
     if (norm) {
-        ss = subgroupAdd(ss);
-        if (subgroupElect()) {
-            xs_ss[gl_SubgroupID] = ss;
-        }
+        store_squares(ss);
     }
     barrier();
 #endif

@@ -416,6 +416,41 @@ fn matvec_q8_random_shapes_match_ref() {
     }
 }
 
+/// The integer matvec of `n` rows of f32 `x` through `w` (rows × cols),
+/// each workgroup quantizing x itself, the RMS norm of weights `nw`
+/// (`flavor`, `eps`) folded in where given: the outputs, token-major.
+fn run_matvec_q8_f32(
+    ctx: &Arc<GpuContext>,
+    w: &QuantWeight,
+    x: &[f32],
+    nw: &[f32],
+    (n, rows, cols): (usize, usize, usize),
+    norm: Option<(NormFlavor, f32)>,
+    shape: Option<MatvecShape>,
+) -> Vec<f32> {
+    let (xb, nb) = (device_f32(ctx, x), device_f32(ctx, nw));
+    let out = readback(ctx, n * rows);
+    run(ctx, |rec| {
+        let xm = Mat::new(&xb, n, cols);
+        let norm = norm.map(|(flavor, eps)| NormWeight {
+            weight: &nb,
+            flavor,
+            eps,
+        });
+        let call = LinearCall::new(
+            w,
+            None,
+            Input::F32(xm),
+            Output::Store(Mat::new(&out, n, rows)),
+        )
+        .with_shape(shape);
+        record_matvec_q8(rec, &call, Q8Input::F32 { x: xm, norm }).expect("record");
+    });
+    let mut got = vec![0.0f32; n * rows];
+    out.read_slice(0, &mut got).expect("read");
+    got
+}
+
 /// Q4_K weights on the integer path: x quantized to q8_K in every
 /// workgroup (optionally from the raw residual with the norm folded in),
 /// against llama.cpp's rounding of x (`act_round_ref`, q8_K) times the
@@ -437,26 +472,8 @@ fn check_matvec_q4k(rows: usize, cols: usize, n: usize, norm: bool, shape: Optio
         x[i * 97] *= if i % 2 == 0 { -9.0 } else { 7.0 };
     }
     let nw = rng.normals(cols, 1.0);
-    let (xb, nb) = (device_f32(&ctx, &x), device_f32(&ctx, &nw));
-    let out = readback(&ctx, n * rows);
-    run(&ctx, |rec| {
-        let xm = Mat::new(&xb, n, cols);
-        let norm = norm.then_some(NormWeight {
-            weight: &nb,
-            flavor: NormFlavor::Plain,
-            eps: 1e-5,
-        });
-        let call = LinearCall::new(
-            &w,
-            None,
-            Input::F32(xm),
-            Output::Store(Mat::new(&out, n, rows)),
-        )
-        .with_shape(shape);
-        record_matvec_q8(rec, &call, Q8Input::F32 { x: xm, norm }).expect("record");
-    });
-    let mut got = vec![0.0f32; n * rows];
-    out.read_slice(0, &mut got).expect("read");
+    let folded = norm.then_some((NormFlavor::Plain, 1e-5));
+    let got = run_matvec_q8_f32(&ctx, &w, &x, &nw, (n, rows, cols), folded, shape);
     let wf = combs::quant::dequantize_vec(t, &bytes, rows * cols).expect("dequant");
     for tk in 0..n {
         let row = &x[tk * cols..(tk + 1) * cols];
@@ -552,27 +569,9 @@ fn matvec_q8_folded_norm_is_llama_cpp_rounding_of_the_normed_row() {
             .map(|v| 6.0 * v)
             .collect();
         let nw = rng.normals(cols, 1.0);
-        let (xb, nb) = (device_f32(&ctx, &x), device_f32(&ctx, &nw));
-        let out = readback(&ctx, n * rows);
         let eps = 1e-5;
-        run(&ctx, |rec| {
-            let xm = Mat::new(&xb, n, cols);
-            let norm = Some(NormWeight {
-                weight: &nb,
-                flavor,
-                eps,
-            });
-            let call = LinearCall::new(
-                &w,
-                None,
-                Input::F32(xm),
-                Output::Store(Mat::new(&out, n, rows)),
-            )
-            .with_shape(shape);
-            record_matvec_q8(rec, &call, Q8Input::F32 { x: xm, norm }).expect("record");
-        });
-        let mut got = vec![0.0f32; n * rows];
-        out.read_slice(0, &mut got).expect("read");
+        let norm = Some((flavor, eps));
+        let got = run_matvec_q8_f32(&ctx, &w, &x, &nw, (n, rows, cols), norm, shape);
         let wf = combs::quant::dequantize_vec(t, &bytes, rows * cols).expect("dequant");
         for tk in 0..n {
             let xin = rms_norm_ref(&x[tk * cols..(tk + 1) * cols], Some(&nw), flavor, eps);
