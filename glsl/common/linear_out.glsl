@@ -4,8 +4,10 @@
 // with_bias and store_result are its two halves, for kernels that transform
 // the biased value before storing it (matvec's rope and gated outputs).
 
+// Rows past p.m (a workgroup's spare rows, a gated pair's missing partner)
+// read no bias: their values are never stored, and the bias has m entries.
 float with_bias(uint row, float v) {
-    if ((p.flags & LINEAR_BIAS) != 0u) {
+    if ((p.flags & LINEAR_BIAS) != 0u && row < p.m) {
         v += data_bias[p.row_offset + row];
     }
     return v;

@@ -48,6 +48,9 @@ pub struct DeviceCaps {
     /// Whether a pipeline may require a subgroup size (`subgroupSizeControl` +
     /// `computeFullSubgroups`).
     pub subgroup_size_control: bool,
+    /// `maintenance4` (Vulkan 1.3): the kernels take their workgroup size
+    /// from a specialization constant (`LocalSizeId`), which needs it enabled.
+    pub maintenance4: bool,
     /// Whether compute shaders support basic, arithmetic and shuffle subgroup operations.
     pub subgroup_arithmetic: bool,
     /// Largest range one storage-buffer descriptor may cover.

@@ -272,6 +272,7 @@ fn read_caps(
             subgroup.subgroup_size
         },
         subgroup_size_control: has_size_ctl,
+        maintenance4: api_version >= vk::API_VERSION_1_3 && f13.maintenance4 == vk::TRUE,
         subgroup_arithmetic: subgroup
             .supported_stages
             .contains(vk::ShaderStageFlags::COMPUTE)
@@ -524,6 +525,7 @@ impl GpuContext {
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
             .subgroup_size_control(caps.subgroup_size_control)
             .compute_full_subgroups(caps.subgroup_size_control)
+            .maintenance4(caps.maintenance4)
             .shader_integer_dot_product(caps.int_dot);
         let mut coop_feat =
             vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
@@ -635,6 +637,7 @@ impl GpuContext {
         self.health.before_submission()?;
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        let _gate = self.pipelines.submitting();
         let queue = self.queue();
         // SAFETY: per this function's contract; the queue is locked.
         unsafe { self.device.queue_submit(*queue, &submit, fence) }

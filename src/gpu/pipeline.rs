@@ -8,7 +8,7 @@
 //! later ids are the kernel's own.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ash::vk;
 
@@ -48,9 +48,34 @@ struct PipelineKey {
 pub(crate) struct PipelineCache {
     layouts: Mutex<HashMap<u32, (vk::DescriptorSetLayout, vk::PipelineLayout)>>,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    /// Held shared while the driver creates a pipeline and exclusively while
+    /// a command buffer is submitted: the two never overlap.
+    ///
+    /// Vulkan allows them to, but NVIDIA's driver (H200) then sometimes
+    /// never runs the submission or anything queued after it: `ops_q8`'s
+    /// tests, which create pipelines on some threads while others submit,
+    /// stalled in 13 of 37 runs (every fence unsignaled, not even the
+    /// first dispatch's end timestamp written, the GPU idle at 100%
+    /// "utilization"); with this gate in none of 16, and `tests/gpu_threads.rs`
+    /// in none of 8 (1 of 8 without it). Serializing the submissions with
+    /// their waits instead, so that no two submissions' work overlapped on
+    /// the GPU, still stalled 2 of 5. Pipelines are created while a model
+    /// loads or at a prompt's first shape, so a submission rarely waits on one.
+    gate: RwLock<()>,
 }
 
 impl PipelineCache {
+    /// Shared hold on the gate, for creating a pipeline.
+    fn creating(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Exclusive hold on the gate, for a queue submission: waits for the
+    /// pipelines being created to be done.
+    pub(crate) fn submitting(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Pipelines held.
     pub(crate) fn len(&self) -> usize {
         lock(&self.pipelines).len()
@@ -186,8 +211,11 @@ pub fn get_pipeline(
         .flags(flags)
         .stage(stage)
         .layout(layout)];
-    // SAFETY: module, layout and the create info are valid for this call.
-    let result = unsafe { dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
+    let result = {
+        let _gate = ctx.pipelines.creating();
+        // SAFETY: module, layout and the create info are valid for this call.
+        unsafe { dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None) }
+    };
     // SAFETY: the module is no longer needed once the pipeline exists (or failed).
     unsafe { dev.destroy_shader_module(module, None) };
     let raw = result.map_err(|(_, r)| ModelError::vk("vkCreateComputePipelines", r))?[0];
