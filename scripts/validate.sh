@@ -2,7 +2,8 @@
 # Runs test binaries under the Khronos validation layer with GPU-assisted
 # validation, which instruments every kernel and reports each storage-buffer
 # access outside its descriptor's range (and API misuse). Slow (ten times a
-# normal run on lavapipe), so not part of scripts/test.sh:
+# normal run on lavapipe or more: ops_gpu takes over an hour), so not part of
+# scripts/test.sh:
 #
 #   scripts/validate.sh [TEST ...]      (default: the kernel suites below)
 #
@@ -16,7 +17,7 @@ if ! dpkg-query -W -f='${Status}' vulkan-validationlayers 2>/dev/null | grep -q 
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq vulkan-validationlayers >/dev/null
 fi
 tests=("$@")
-((${#tests[@]})) || tests=(ops_q8 fusion ops_gpu ops_topk recording_barriers gpu_threads kv_paged model_steps)
+((${#tests[@]})) || tests=(ops_q8 fusion ops_topk recording_barriers gpu_threads kv_paged ops_speech model_steps vlm_runtime ops_gpu)
 target="${CARGO_TARGET_DIR:-target}/release/deps"
 cargo build --release --tests -q
 export VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
