@@ -29,9 +29,12 @@ impl Drop for Done {
     }
 }
 
-/// Copies `words` 16-byte words of `src` to a fresh readback buffer with the
-/// copy kernel and checks them.
-fn copy_and_check(ctx: &Arc<GpuContext>, src: &Arc<Buffer>, want: &[u32], wg: u32) {
+/// Workgroup size of the submitters' copy kernel.
+const COPY_WG: u32 = 64;
+
+/// Copies `src` (holding `want`) to a fresh readback buffer with the copy
+/// kernel and checks the words.
+fn copy_and_check(ctx: &Arc<GpuContext>, src: &Arc<Buffer>, want: &[u32]) {
     let dst = Buffer::new(ctx, 4 * want.len() as u64, MemoryKind::Readback, "dst").expect("buffer");
     let params = CopyParams {
         n_words: (want.len() / 4) as u32,
@@ -39,7 +42,7 @@ fn copy_and_check(ctx: &Arc<GpuContext>, src: &Arc<Buffer>, want: &[u32], wg: u3
     let mut rec = Recording::new(ctx, false).expect("recording");
     rec.dispatch(
         Kernel::CopyU32x4,
-        &[wg],
+        &[COPY_WG],
         &[Binding::read(src), Binding::write(&dst)],
         bytemuck::bytes_of(&params),
         [8, 1, 1],
@@ -70,7 +73,7 @@ fn pipelines_created_while_other_threads_submit() {
     let words: Vec<u32> = (0..4096).map(|_| rng.next_u64() as u32).collect();
     let src = upload_new(&ctx, bytemuck::cast_slice(&words), "src").expect("upload");
     // The submitters' pipeline exists before the creators start.
-    get_pipeline(&ctx, Kernel::CopyU32x4, &[64], 2, None).expect("pipeline");
+    get_pipeline(&ctx, Kernel::CopyU32x4, &[COPY_WG], 2, None).expect("pipeline");
 
     let creating = Arc::new(AtomicBool::new(true));
     let started = Instant::now();
@@ -98,7 +101,7 @@ fn pipelines_created_while_other_threads_submit() {
                 let _done = Done(tx, "submitter");
                 let mut n = 0u32;
                 while creating.load(Ordering::Relaxed) || n < 4 {
-                    copy_and_check(&ctx, &src, &words, 64);
+                    copy_and_check(&ctx, &src, &words);
                     n += 1;
                 }
             })
