@@ -11,6 +11,12 @@
 // current step's products, which the matrix units work through meanwhile;
 // Q4_0 weights, held raw until staged, go out before the products (after
 // the step's second barrier).
+// With PW producer subgroups (PW > 0, WK = 1), the work splits by subgroup:
+// the compute subgroups only multiply, out of one of two shared stages,
+// while the producers load, dequantize and stage the next step into the
+// other, one barrier per step. A subgroup that waits for its global loads
+// then holds up no products (on the H200 the single-stage tile's loads,
+// though issued ahead of its products, did not overlap them).
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
@@ -27,7 +33,7 @@
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
 
-layout(local_size_x_id = 0) in;                   // 32 * WM * WN * WK
+layout(local_size_x_id = 0) in;                   // 32 * (WM * WN * WK + PW)
 layout(constant_id = 1) const uint SUBGROUP = 32; // the size the tiling assumes
 layout(constant_id = 2) const uint WM = 2;        // subgroups along rows
 layout(constant_id = 3) const uint WN = 2;        // subgroups along tokens
@@ -36,17 +42,21 @@ layout(constant_id = 5) const uint TM = 2;        // 16-row matrices per subgrou
 layout(constant_id = 6) const uint TN = 2;        // 16-token matrices per subgroup
 layout(constant_id = 7) const uint BK = 64;       // columns per subgroup and step (multiple of 32)
 layout(constant_id = 8) const uint SC = 1024;     // floats of the result staging area
+layout(constant_id = 9) const uint PW = 0;        // producer subgroups (0: every subgroup loads)
 
 const uint BM = WM * TM * 16u;
 const uint BN = WN * TN * 16u;
 const uint KSTEP = WK * BK;
 const uint SA = KSTEP + 8u;   // f16 row stride of the tiles (bank spread)
 const uint SA4 = SA / 4u;     // the same in f16vec4s: the tiles are stored 8 bytes at a time
-const uint NSG = WM * WN * WK;
+const uint NSG = WM * WN * WK;   // subgroups that multiply
 const uint WGS = NSG * 32u;
-// Per invocation and step: weight sub-blocks and vec4s of activations.
-const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
-const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
+// Invocations that load a step, and the shared stages they fill.
+const uint LWGS = PW > 0u ? PW * 32u : WGS;
+const uint STAGES = PW > 0u ? 2u : 1u;
+// Per loading invocation and step: weight sub-blocks and vec4s of activations.
+const uint A_SUBS = (BM * KSTEP / 32u + LWGS - 1u) / LWGS;
+const uint X_VECS = (BN * KSTEP / 4u + LWGS - 1u) / LWGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 #if defined(X_F16)
@@ -76,8 +86,8 @@ layout(binding = 6) buffer DH { float16_t data_dh[]; };
 // f16vec4 elements, so that staging a step is one 8-byte store per four
 // values rather than four 2-byte ones; coopMatLoad takes offsets and
 // strides in elements of the array (KSTEP and the padding are multiples of 4).
-shared f16vec4 sa[BM * SA4];
-shared f16vec4 sx[BN * SA4];
+shared f16vec4 sa[STAGES * BM * SA4];
+shared f16vec4 sx[STAGES * BN * SA4];
 shared float sc[SC];
 
 // This invocation's share of one step, loaded ahead of the products.
@@ -96,7 +106,7 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
     const uint subs = p.k / 32u;
     const uint spr = KSTEP / 32u;   // sub-blocks per tile row and step
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint q = tid + i * WGS;
+        const uint q = tid + i * LWGS;
         const uint r = q / spr;
         const uint s = step * spr + q % spr;
 #if defined(RAW_W)
@@ -128,7 +138,7 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
     }
     const uint vpr = KSTEP / 4u;    // vec4s per token row and step
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
-        const uint v = tid + i * WGS;
+        const uint v = tid + i * LWGS;
         const uint t = v / vpr;
         const uint c = step * KSTEP + 4u * (v % vpr);
 #if defined(X_F16)
@@ -147,12 +157,14 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
     }
 }
 
-void store_step(uint tid) {
+void store_step(uint tid, uint stage) {
     const uint spr = KSTEP / 32u;
+    const uint a0 = stage * BM * SA4;
+    const uint x0 = stage * BN * SA4;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint q = tid + i * WGS;
+        const uint q = tid + i * LWGS;
         if (q < BM * spr) {
-            const uint base = (q / spr) * SA4 + (q % spr) * 8u;
+            const uint base = a0 + (q / spr) * SA4 + (q % spr) * 8u;
 #if defined(RAW_W)
             {
                 const float d = wd[i], m = -8.0 * d;
@@ -170,9 +182,9 @@ void store_step(uint tid) {
     }
     const uint vpr = KSTEP / 4u;
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
-        const uint v = tid + i * WGS;
+        const uint v = tid + i * LWGS;
         if (v < BN * vpr) {
-            sx[(v / vpr) * SA4 + v % vpr] = xreg[i];
+            sx[x0 + (v / vpr) * SA4 + v % vpr] = xreg[i];
         }
     }
 }
@@ -198,48 +210,81 @@ void main() {
     }
 
     const uint steps = (p.k + KSTEP - 1u) / KSTEP;
-    load_step(0u, tid, row0, tok0);
+    // Producers are the subgroups past the NSG that multiply.
+    const bool producer = PW > 0u && sg >= NSG;
+    const uint ltid = PW > 0u ? tid - WGS : tid;
+    if (PW == 0u) {
+        load_step(0u, tid, row0, tok0);
+    } else if (producer) {
+        load_step(0u, ltid, row0, tok0);
+        store_step(ltid, 0u);
+        if (1u < steps) {
+            load_step(1u, ltid, row0, tok0);
+        }
+    }
     for (uint step = 0u; step < steps; step++) {
         barrier();
-        store_step(tid);
-        barrier();
+        if (PW == 0u) {
+            store_step(tid, 0u);
+            barrier();
 #if defined(RAW_W)
-        // Raw weights and activations wait in registers until the next
-        // staging: load them now, ahead of the products. After the
-        // barrier, not before it: 3% faster on the H200 (gate/up of the 8B
-        // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
-        // would stall here on their loads instead: measured slower, see
-        // docs/perf-notes.md.)
-        if (step + 1u < steps) {
-            load_step(step + 1u, tid, row0, tok0);
-        }
+            // Raw weights and activations wait in registers until the next
+            // staging: load them now, ahead of the products. After the
+            // barrier, not before it: 3% faster on the H200 (gate/up of the 8B
+            // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
+            // would stall here on their loads instead: measured slower, see
+            // docs/perf-notes.md.)
+            if (step + 1u < steps) {
+                load_step(step + 1u, tid, row0, tok0);
+            }
 #endif
-        [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
-            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
-            [[unroll]] for (uint i = 0u; i < TM; i++) {
-                // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
-                coopMatLoad(ma[i], sa, ((sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
-                            gl_CooperativeMatrixLayoutRowMajor);
+        } else if (producer) {
+            // Stage step + 1 while the others multiply step (the barrier
+            // above says they are done with the stage it overwrites), then
+            // send the loads of step + 2.
+            if (step + 1u < steps) {
+                store_step(ltid, (step + 1u) & 1u);
+                if (step + 2u < steps) {
+                    load_step(step + 2u, ltid, row0, tok0);
+                }
             }
-            [[unroll]] for (uint j = 0u; j < TN; j++) {
-                // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
-                coopMatLoad(mb[j], sx, ((sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
-                            gl_CooperativeMatrixLayoutColumnMajor);
-            }
-            [[unroll]] for (uint i = 0u; i < TM; i++) {
+        }
+        if (!producer) {
+            const uint stage = PW > 0u ? (step & 1u) : 0u;
+            const uint a0 = stage * BM;
+            const uint x0 = stage * BN;
+            [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
+                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
+                [[unroll]] for (uint i = 0u; i < TM; i++) {
+                    // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
+                    coopMatLoad(ma[i], sa, ((a0 + sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
+                                gl_CooperativeMatrixLayoutRowMajor);
+                }
                 [[unroll]] for (uint j = 0u; j < TN; j++) {
-                    acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
+                    // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
+                    coopMatLoad(mb[j], sx, ((x0 + sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
+                                gl_CooperativeMatrixLayoutColumnMajor);
+                }
+                [[unroll]] for (uint i = 0u; i < TM; i++) {
+                    [[unroll]] for (uint j = 0u; j < TN; j++) {
+                        acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
+                    }
                 }
             }
         }
 #if !defined(RAW_W)
-        if (step + 1u < steps) {
+        if (PW == 0u && step + 1u < steps) {
             load_step(step + 1u, tid, row0, tok0);
         }
 #endif
     }
 
+    if (producer) {
+        // Nothing of the result is theirs (with producers WK is 1: no
+        // barrier follows).
+        return;
+    }
     if (WK == 1u) {
         // Each subgroup stages one 16 x 16 result at a time in its own area:
         // sc[base + token * 16 + row], consecutive lanes on consecutive rows.

@@ -293,6 +293,7 @@ fn read_caps(
         shader_int8: f12.shader_int8 == vk::TRUE,
         int_dot: api_version >= vk::API_VERSION_1_3 && f13.shader_integer_dot_product == vk::TRUE,
         int_dot_accelerated,
+        coop_producers: coop_producers(!coop_mat_f16.is_empty()),
         coop_mat_f16,
         coop_mat2,
         timestamp_period_ns,
@@ -301,6 +302,16 @@ fn read_caps(
         pipeline_stats: false,
     };
     (caps, exts)
+}
+
+/// Producer subgroups for the prompt tiles where the device has cooperative
+/// matrices and `COMBS_COOP_PRODUCERS` asks for 1-8 (anything else: none).
+fn coop_producers(coop: bool) -> u32 {
+    std::env::var("COMBS_COOP_PRODUCERS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| coop && (1..=8).contains(n))
+        .unwrap_or(0)
 }
 
 /// Lists every Vulkan device, usable or not, in the order indices refer to them.

@@ -197,8 +197,13 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
     let bad = || {
         ModelError::invalid(
             "--coop-tiles",
-            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n]"),
+            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n|pN]"),
         )
+    };
+    // `pN`: N producer subgroups (matmul_coop's two-stage tile).
+    let (s, producers) = match s.rsplit_once('p') {
+        Some((d, n)) => (d, n.parse().map_err(|_| bad())?),
+        None => (s, 0),
     };
     // `s`: the skinny kernel; `n`: workgroup-scope matrices (matmul_cm2).
     let (dims, skinny, nv2) = if let Some(d) = s.strip_suffix('s') {
@@ -223,6 +228,7 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
             bk,
             skinny,
             nv2,
+            producers,
         })),
         _ => Err(bad().into()),
     }
@@ -877,7 +883,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     }
                     let label = match (variant, tile) {
                         (LinearVariant::Coop, _) => format!(
-                            "co{}x{}x{}x{}x{}x{}{}{}{} n={n}",
+                            "co{}x{}x{}x{}x{}x{}{}{}{}{} n={n}",
                             c.wm,
                             c.wn,
                             c.wk,
@@ -890,6 +896,11 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                 "n"
                             } else {
                                 ""
+                            },
+                            if c.producers > 0 {
+                                format!("p{}", c.producers)
+                            } else {
+                                String::new()
                             },
                             if half { "h" } else { "" },
                             if tile.is_none() { "*" } else { "" }
