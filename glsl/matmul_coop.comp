@@ -16,7 +16,9 @@
 // while the producers load, dequantize and stage the next step into the
 // other, one barrier per step. A subgroup that waits for its global loads
 // then holds up no products (on the H200 the single-stage tile's loads,
-// though issued ahead of its products, did not overlap them).
+// though issued ahead of its products, did not overlap them). With PD = 2
+// they send each step's loads two steps before staging it (two register
+// sets), for loads slower than one step's products.
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
@@ -43,6 +45,7 @@ layout(constant_id = 6) const uint TN = 2;        // 16-token matrices per subgr
 layout(constant_id = 7) const uint BK = 64;       // columns per subgroup and step (multiple of 32)
 layout(constant_id = 8) const uint SC = 1024;     // floats of the result staging area
 layout(constant_id = 9) const uint PW = 0;        // producer subgroups (0: every subgroup loads)
+layout(constant_id = 10) const uint PD = 1;       // steps producers load ahead of the one they stage (1 or 2)
 
 const uint BM = WM * TM * 16u;
 const uint BN = WN * TN * 16u;
@@ -54,6 +57,8 @@ const uint WGS = NSG * 32u;
 // Invocations that load a step, and the shared stages they fill.
 const uint LWGS = PW > 0u ? PW * 32u : WGS;
 const uint STAGES = PW > 0u ? 2u : 1u;
+// Register sets of loaded steps: a producer two steps ahead holds two.
+const uint PSETS = PW > 0u && PD == 2u ? 2u : 1u;
 // Per loading invocation and step: weight sub-blocks and vec4s of activations.
 const uint A_SUBS = (BM * KSTEP / 32u + LWGS - 1u) / LWGS;
 const uint X_VECS = (BN * KSTEP / 4u + LWGS - 1u) / LWGS;
@@ -91,18 +96,20 @@ shared f16vec4 sx[STAGES * BN * SA4];
 shared float sc[SC];
 
 // This invocation's share of one step, loaded ahead of the products.
-f16vec4 wreg[A_SUBS][8];
-f16vec4 xreg[X_VECS];
+// A producer loading two steps ahead keeps step t in set t % 2; every
+// index into the sets is a constant once the pipelined loop is unrolled.
+f16vec4 wreg[PSETS][A_SUBS][8];
+f16vec4 xreg[PSETS][X_VECS];
 #if defined(DATA_A_Q4_0)
 // Q4_0 sub-blocks are held raw (quants, scale: 5 registers, not 16) from
 // their load to the staging, which dequantizes; so the next step's loads go
 // out before the products and arrive while the matrix units work.
 #define RAW_W 1
-uvec4 wq[A_SUBS];
-float wd[A_SUBS];
+uvec4 wq[PSETS][A_SUBS];
+float wd[PSETS][A_SUBS];
 #endif
 
-void load_step(uint step, uint tid, uint row0, uint tok0) {
+void load_step(uint step, uint tid, uint row0, uint tok0, uint set) {
     const uint subs = p.k / 32u;
     const uint spr = KSTEP / 32u;   // sub-blocks per tile row and step
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
@@ -119,8 +126,8 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
                 qw = uvec4(data_a[p0], data_a[p0 + 1u], data_a[p0 + 2u], data_a[p0 + 3u]);
                 d = a_scale(p.nb, ib, 0u);
             }
-            wq[i] = qw;
-            wd[i] = d;
+            wq[set][i] = qw;
+            wd[set][i] = d;
             continue;
         }
 #endif
@@ -133,7 +140,7 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
             }
         }
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
-            wreg[i][j] = f16vec4(w[j]);
+            wreg[set][i][j] = f16vec4(w[j]);
         }
     }
     const uint vpr = KSTEP / 4u;    // vec4s per token row and step
@@ -146,18 +153,18 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
-        xreg[i] = x;
+        xreg[set][i] = x;
 #else
         vec4 x = vec4(0.0);
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
-        xreg[i] = f16vec4(x);
+        xreg[set][i] = f16vec4(x);
 #endif
     }
 }
 
-void store_step(uint tid, uint stage) {
+void store_step(uint tid, uint stage, uint set) {
     const uint spr = KSTEP / 32u;
     const uint a0 = stage * BM * SA4;
     const uint x0 = stage * BN * SA4;
@@ -167,16 +174,16 @@ void store_step(uint tid, uint stage) {
             const uint base = a0 + (q / spr) * SA4 + (q % spr) * 8u;
 #if defined(RAW_W)
             {
-                const float d = wd[i], m = -8.0 * d;
+                const float d = wd[set][i], m = -8.0 * d;
                 [[unroll]] for (uint k = 0u; k < 4u; k++) {
-                    sa[base + k] = f16vec4(nib4(wq[i][k], 0u) * d + m);
-                    sa[base + k + 4u] = f16vec4(nib4(wq[i][k], 4u) * d + m);
+                    sa[base + k] = f16vec4(nib4(wq[set][i][k], 0u) * d + m);
+                    sa[base + k + 4u] = f16vec4(nib4(wq[set][i][k], 4u) * d + m);
                 }
                 continue;
             }
 #endif
             [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                sa[base + j] = wreg[i][j];
+                sa[base + j] = wreg[set][i][j];
             }
         }
     }
@@ -184,8 +191,56 @@ void store_step(uint tid, uint stage) {
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
         const uint v = tid + i * LWGS;
         if (v < BN * vpr) {
-            sx[x0 + (v / vpr) * SA4 + v % vpr] = xreg[i];
+            sx[x0 + (v / vpr) * SA4 + v % vpr] = xreg[set][i];
         }
+    }
+}
+
+// One step's products, out of shared stage `stage`, into acc.
+void multiply(uint stage, uint sg_row, uint sg_tok, uint sg_col,
+              inout coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN]) {
+    const uint a0 = stage * BM;
+    const uint x0 = stage * BN;
+    [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
+        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
+        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
+            coopMatLoad(ma[i], sa, ((a0 + sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
+                        gl_CooperativeMatrixLayoutRowMajor);
+        }
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
+            // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
+            coopMatLoad(mb[j], sx, ((x0 + sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
+                        gl_CooperativeMatrixLayoutColumnMajor);
+        }
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
+            }
+        }
+    }
+}
+
+// Step `step` (of parity `parity`, a constant at each call) with producer
+// subgroups: the compute subgroups multiply stage `parity`; the producers
+// stage step + 1 into the other stage (the barrier says the compute
+// subgroups are done with it) from the registers it was loaded into, then
+// load step + 1 + PD into the set just emptied.
+void pipelined_step(uint step, uint parity, uint steps, bool producer, uint ltid,
+                    uint row0, uint tok0, uint sg_row, uint sg_tok, uint sg_col,
+                    inout coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN]) {
+    barrier();
+    if (producer) {
+        const uint set = PSETS == 2u ? (parity ^ 1u) : 0u;   // step + 1's
+        if (step + 1u < steps) {
+            store_step(ltid, parity ^ 1u, set);
+            if (step + 1u + PD < steps) {
+                load_step(step + 1u + PD, ltid, row0, tok0, set);
+            }
+        }
+    } else {
+        multiply(parity, sg_row, sg_tok, sg_col, acc);
     }
 }
 
@@ -212,20 +267,11 @@ void main() {
     const uint steps = (p.k + KSTEP - 1u) / KSTEP;
     // Producers are the subgroups past the NSG that multiply.
     const bool producer = PW > 0u && sg >= NSG;
-    const uint ltid = PW > 0u ? tid - WGS : tid;
     if (PW == 0u) {
-        load_step(0u, tid, row0, tok0);
-    } else if (producer) {
-        load_step(0u, ltid, row0, tok0);
-        store_step(ltid, 0u);
-        if (1u < steps) {
-            load_step(1u, ltid, row0, tok0);
-        }
-    }
-    for (uint step = 0u; step < steps; step++) {
-        barrier();
-        if (PW == 0u) {
-            store_step(tid, 0u);
+        load_step(0u, tid, row0, tok0, 0u);
+        for (uint step = 0u; step < steps; step++) {
+            barrier();
+            store_step(tid, 0u, 0u);
             barrier();
 #if defined(RAW_W)
             // Raw weights and activations wait in registers until the next
@@ -235,49 +281,37 @@ void main() {
             // would stall here on their loads instead: measured slower, see
             // docs/perf-notes.md.)
             if (step + 1u < steps) {
-                load_step(step + 1u, tid, row0, tok0);
+                load_step(step + 1u, tid, row0, tok0, 0u);
             }
 #endif
-        } else if (producer) {
-            // Stage step + 1 while the others multiply step (the barrier
-            // above says they are done with the stage it overwrites), then
-            // send the loads of step + 2.
-            if (step + 1u < steps) {
-                store_step(ltid, (step + 1u) & 1u);
-                if (step + 2u < steps) {
-                    load_step(step + 2u, ltid, row0, tok0);
-                }
-            }
-        }
-        if (!producer) {
-            const uint stage = PW > 0u ? (step & 1u) : 0u;
-            const uint a0 = stage * BM;
-            const uint x0 = stage * BN;
-            [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
-                [[unroll]] for (uint i = 0u; i < TM; i++) {
-                    // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
-                    coopMatLoad(ma[i], sa, ((a0 + sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
-                                gl_CooperativeMatrixLayoutRowMajor);
-                }
-                [[unroll]] for (uint j = 0u; j < TN; j++) {
-                    // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
-                    coopMatLoad(mb[j], sx, ((x0 + sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
-                                gl_CooperativeMatrixLayoutColumnMajor);
-                }
-                [[unroll]] for (uint i = 0u; i < TM; i++) {
-                    [[unroll]] for (uint j = 0u; j < TN; j++) {
-                        acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
-                    }
-                }
-            }
-        }
+            multiply(0u, sg_row, sg_tok, sg_col, acc);
 #if !defined(RAW_W)
-        if (PW == 0u && step + 1u < steps) {
-            load_step(step + 1u, tid, row0, tok0);
-        }
+            if (step + 1u < steps) {
+                load_step(step + 1u, tid, row0, tok0, 0u);
+            }
 #endif
+        }
+    } else {
+        const uint ltid = tid - WGS;
+        if (producer) {
+            // Step 0 staged, steps 1 .. PD loaded (step t into set t % PSETS).
+            load_step(0u, ltid, row0, tok0, 0u);
+            store_step(ltid, 0u, 0u);
+            if (1u < steps) {
+                load_step(1u, ltid, row0, tok0, PSETS == 2u ? 1u : 0u);
+            }
+            if (PD == 2u && 2u < steps) {
+                load_step(2u, ltid, row0, tok0, 0u);
+            }
+        }
+        // Two steps per iteration, so that stages and sets are constants.
+        for (uint step = 0u; step < steps; step += 2u) {
+            pipelined_step(step, 0u, steps, producer, ltid, row0, tok0, sg_row, sg_tok, sg_col, acc);
+            if (step + 1u < steps) {
+                pipelined_step(step + 1u, 1u, steps, producer, ltid, row0, tok0, sg_row, sg_tok,
+                               sg_col, acc);
+            }
+        }
     }
 
     if (producer) {

@@ -194,6 +194,7 @@ fn coop_tiles_match_ref() {
             skinny: false,
             nv2: false,
             producers: 0,
+            ahead: 1,
         },
         CoopTile {
             wm: 2,
@@ -205,6 +206,7 @@ fn coop_tiles_match_ref() {
             skinny: false,
             nv2: false,
             producers: 0,
+            ahead: 1,
         },
         // independent subgroups: 16 rows, K split eight ways
         CoopTile::STREAM,
@@ -307,7 +309,7 @@ fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
     h200.max_workgroup_invocations = 1024;
     h200.sm_count = Some(132);
     h200.coop_mat2 = None;
-    h200.coop_producers = 0;
+    h200.coop_producers = (0, 1);
     let plain = |caps: &combs::gpu::DeviceCaps, rows, cols, n| {
         CoopTile::choose_on(caps, rows, cols, n, CoopInput::F16, false)
     };
@@ -317,7 +319,7 @@ fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
         .collect();
     assert_eq!(before[0], CoopTile::BIG);
     for p in [1, 2, 4] {
-        h200.coop_producers = p;
+        h200.coop_producers = (p, 1 + p % 2);
         // 128 × 128: two stages of 64 columns (73 KB) do not fit, of 32 do
         // (exactly 48 KB with the result staging area).
         let big = plain(&h200, 4096, 4096, 512);
@@ -326,6 +328,7 @@ fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
             CoopTile {
                 bk: 32,
                 producers: p,
+                ahead: 1 + p % 2,
                 ..CoopTile::BIG
             }
         );
@@ -337,6 +340,7 @@ fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
             mid,
             CoopTile {
                 producers: p,
+                ahead: 1 + p % 2,
                 ..before[1]
             }
         );
@@ -359,7 +363,7 @@ fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
     // Where nothing fits with producers, the tile stays as it was.
     let mut small = h200.clone();
     small.max_shared_memory = 32768;
-    small.coop_producers = 4;
+    small.coop_producers = (4, 1);
     assert_eq!(
         CoopTile {
             bk: 32,
@@ -499,16 +503,18 @@ fn nv2_tiles_match_ref() {
 /// Skinny layouts besides `CoopTile::STREAM`: 2 × 32 rows with K split two
 /// ways in 128-column chunks, and four 16-row tiles per subgroup.
 /// 128 × 128 at 32 columns a step with four producer subgroups (two
-/// shared stages).
+/// shared stages) loading two steps ahead.
 const BIG_PRODUCERS: CoopTile = CoopTile {
     bk: 32,
     producers: 4,
+    ahead: 2,
     ..CoopTile::BIG
 };
 /// 64 × 64 at 64 columns with two producers: loading invocations fewer
-/// than the compute ones, several sub-blocks each.
+/// than the compute ones, several sub-blocks each, two steps ahead.
 const MID_PRODUCERS: CoopTile = CoopTile {
     producers: 2,
+    ahead: 2,
     ..CoopTile::MID
 };
 /// 128 × 64 at 32 columns with one producer subgroup.
@@ -777,6 +783,7 @@ fn coop_epilogue_matches_ref() {
             skinny: false,
             nv2: false,
             producers: 0,
+            ahead: 1,
         },
         SKINNY_4_TILES,
         SKINNY_TOKEN_BLOCKS[1],

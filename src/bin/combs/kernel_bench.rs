@@ -197,10 +197,15 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
     let bad = || {
         ModelError::invalid(
             "--coop-tiles",
-            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n|pN]"),
+            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n|pN[aM]]"),
         )
     };
-    // `pN`: N producer subgroups (matmul_coop's two-stage tile).
+    // `pN`: N producer subgroups (matmul_coop's two-stage tile), `aM`
+    // loading M steps ahead.
+    let (s, ahead) = match s.rsplit_once('a') {
+        Some((d, m)) => (d, m.parse().map_err(|_| bad())?),
+        None => (s, 1),
+    };
     let (s, producers) = match s.rsplit_once('p') {
         Some((d, n)) => (d, n.parse().map_err(|_| bad())?),
         None => (s, 0),
@@ -229,6 +234,7 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
             skinny,
             nv2,
             producers,
+            ahead,
         })),
         _ => Err(bad().into()),
     }
@@ -898,7 +904,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                 ""
                             },
                             if c.producers > 0 {
-                                format!("p{}", c.producers)
+                                format!("p{}a{}", c.producers, c.ahead)
                             } else {
                                 String::new()
                             },

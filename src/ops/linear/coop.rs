@@ -58,6 +58,9 @@ pub struct CoopTile {
     /// while the producers load and stage the next step into the other
     /// (`wk` is then 1).
     pub producers: u32,
+    /// Steps the producers load ahead of the one they stage: 1, or 2 (two
+    /// register sets) for loads slower than a step's products.
+    pub ahead: u32,
 }
 
 impl CoopTile {
@@ -72,6 +75,7 @@ impl CoopTile {
         skinny: false,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
     /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
     /// small ones at many.
@@ -85,6 +89,7 @@ impl CoopTile {
         skinny: false,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
     /// 16 rows × 16 tokens per subgroup, eight subgroups along K, streamed
     /// by each subgroup on its own (`matmul_skinny.comp`): batched decode.
@@ -98,6 +103,7 @@ impl CoopTile {
         skinny: true,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
     /// 64 × 64 with four subgroups.
     pub const MID: CoopTile = CoopTile {
@@ -110,6 +116,7 @@ impl CoopTile {
         skinny: false,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
     /// 128 × 128 with eight subgroups of 32 rows × 64 tokens each: encoders
     /// and long prompts of narrow weights.
@@ -123,6 +130,7 @@ impl CoopTile {
         skinny: false,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
@@ -135,6 +143,7 @@ impl CoopTile {
         skinny: false,
         nv2: false,
         producers: 0,
+        ahead: 1,
     };
 
     /// 128 × 128 on workgroup-scope matrices, 256 invocations, 32 columns
@@ -149,6 +158,7 @@ impl CoopTile {
         skinny: false,
         nv2: true,
         producers: 0,
+        ahead: 1,
     };
 
     /// 128 rows × 64 tokens with eight subgroups of 32 × 32: weights of
@@ -320,22 +330,25 @@ impl CoopTile {
         Self::choose_shape(caps, rows, cols, n, input, squares).with_producers(caps)
     }
 
-    /// `self` with `caps.coop_producers` producer subgroups where it is a
+    /// `self` with `caps.coop_producers` producer subgroups (loading as
+    /// many steps ahead as it says) where it is a
     /// tile of `matmul_coop.comp` that does not split K: at its own step
     /// where two stages of it fit the device, else at 32 columns a step;
     /// `self` where neither fits or the device asks for none.
     pub fn with_producers(self, caps: &DeviceCaps) -> Self {
-        let p = caps.coop_producers;
+        let (p, ahead) = caps.coop_producers;
         if p == 0 || self.skinny || self.nv2 || self.wk != 1 || self.producers > 0 {
             return self;
         }
         [
             CoopTile {
                 producers: p,
+                ahead,
                 ..self
             },
             CoopTile {
                 producers: p,
+                ahead,
                 bk: 32,
                 ..self
             },
@@ -461,6 +474,7 @@ impl CoopTile {
                 && !self.skinny
                 && self.wk == 1
                 && self.wm * self.wn + self.producers <= 16);
+        let producers_ok = producers_ok && (1..=2).contains(&self.ahead);
         let ok = producers_ok
             && if self.nv2 {
                 // Two accumulators of bm / 2 rows (even and odd rows).
@@ -519,6 +533,7 @@ impl CoopTile {
                 self.bk,
                 self.staging_floats(),
                 self.producers,
+                self.ahead,
             ]
         })
     }
