@@ -320,7 +320,7 @@ shared float red[gl_WorkGroupSize.x * (NR + 1u)];
 // XOR-swizzled by its unit's index so the lanes of a quarter-subgroup hit
 // distinct banks.
 shared vec4 xs[XSV];
-shared float ss_part[32];
+shared float ss_part[(gl_WorkGroupSize.x + 3u) / 4u]; // a slot per subgroup (4+ lanes each)
 uint xs_slot(uint v) {
     return v ^ ((v / UVEC4) & 7u);
 }

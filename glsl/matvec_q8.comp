@@ -187,7 +187,7 @@ shared float red[gl_WorkGroupSize.x * NR];
 shared uvec4 xs_q[2u * XU];
 shared uint xs_s[XU];
 // Each subgroup's sum of squares of x (LINEAR_NORM).
-shared float xs_ss[32];
+shared float xs_ss[(gl_WorkGroupSize.x + 3u) / 4u]; // a slot per subgroup (4+ lanes each)
 #if !defined(X_Q8K)
 // Unit u's scale as an f32: the f16 of xs_s[u] without LINEAR_NORM, the
 // unrounded amax / 127 of x * w with it.

@@ -23,6 +23,10 @@ COMBS_WHISPER_MODEL="$models/ggml-tiny.en.bin" \
 cargo test --release --test whisper_transcribe -- --ignored tiny_en_greedy
 # The portable host kernels, which aarch64 and x86-64 without AVX2 run.
 COMBS_HOST_SIMD=portable cargo test --release --test ops_host
+# The GLSL kernels on subgroups of 4 (lavapipe on 128-bit vectors, as on
+# aarch64 hosts; GPUs with 4-wide subgroups), where their reductions must
+# still find a slot per subgroup.
+LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test ops_gpu --test ops_q8 --test ops_topk
 cargo fmt --check
 cargo clippy --release --all-targets -- -D warnings
 git diff --exit-code -- include/combs.h || {

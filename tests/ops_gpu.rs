@@ -9,7 +9,8 @@ use std::sync::Arc;
 use combs::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording, Uploader, upload_new};
 use combs::ops::attention::{
     AttentionCall, AttentionOptions, AttentionScratch, AttentionShape, AttentionVariant, KeySplit,
-    MAX_KEY_SPLITS, NewKv, NewRows, attention_ref, coop_layout, key_splits, record_attention,
+    MAX_KEY_SPLITS, NewKv, NewRows, attention_ref, blocks_split, coop_layout, key_splits,
+    record_attention,
 };
 use combs::ops::get_rows::record_get_rows;
 use combs::ops::glu::{Activation, GluCall, GluInput, act_ref, record_glu};
@@ -296,6 +297,24 @@ fn coop_tile_choice_keeps_skinny_work_on_skinny_tiles() {
     assert_eq!(on_h200(16384, 2048, 2048), CoopTile::BIG);
     assert_eq!(on_h200(4096, 4096, 512), CoopTile::BIG);
     assert!(!CoopTile::takes_wide(8192, 4096, 64));
+}
+
+/// The kernels' reductions keep a shared slot per subgroup of 4+
+/// invocations: a device whose subgroups may be narrower is refused by
+/// name, and this one (whatever its width, 4 on 128-bit lavapipe) is not.
+#[test]
+fn devices_with_subgroups_below_four_are_refused() {
+    let caps = gpu().caps().clone();
+    assert!(caps.check_required().is_ok());
+    for narrow in [1, 2] {
+        let mut c = caps.clone();
+        c.min_subgroup_size = narrow;
+        let e = c.check_required().expect_err("narrow subgroups");
+        assert!(
+            matches!(&e, combs::ModelError::MissingFeature { feature, .. } if feature.contains("subgroups of at least 4")),
+            "{e}"
+        );
+    }
 }
 
 /// Producer subgroups (`COMBS_COOP_PRODUCERS`), on an H200's limits: the
@@ -1373,7 +1392,12 @@ fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: Att
         AttentionVariant::Blocks,
         AttentionVariant::Coop,
     ] {
-        if v == AttentionVariant::Coop && coop_layout(&gpu(), shape.head_dim).is_none() {
+        // Kernels with no layout for this head here (the planner takes
+        // another): the cooperative one without cooperative matrices, the
+        // query-block one for 256-wide heads on subgroups of 4.
+        if (v == AttentionVariant::Coop && coop_layout(&gpu(), shape.head_dim).is_none())
+            || (v == AttentionVariant::Blocks && blocks_split(&gpu(), shape.head_dim).is_none())
+        {
             continue;
         }
         check_attention_variant(v, n_past, n_new, shape, opts);

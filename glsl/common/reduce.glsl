@@ -1,9 +1,11 @@
 // Workgroup-wide sum and max through subgroup operations and one shared slot
 // per subgroup. Every invocation of the workgroup must call these (they
-// contain barriers). Requires GL_KHR_shader_subgroup_arithmetic and a
-// workgroup of at most 32 * 32 invocations.
+// contain barriers). Requires GL_KHR_shader_subgroup_arithmetic and
+// subgroups of at least 4 invocations (DeviceCaps::check_required): a slot
+// for each of the most subgroups the workgroup can be split into, which
+// is not wg / the device's reported size where the driver picks it.
 
-shared float red_scratch[32];
+shared float red_scratch[(gl_WorkGroupSize.x + 3u) / 4u];
 
 float workgroup_sum(float v) {
     v = subgroupAdd(v);

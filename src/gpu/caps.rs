@@ -110,7 +110,8 @@ impl DeviceCaps {
     ///
     /// # Errors
     /// Vulkan older than 1.2, compute shaders without subgroup arithmetic and
-    /// shuffles, or workgroups smaller than 256 invocations.
+    /// shuffles, workgroups smaller than 256 invocations, or subgroups that
+    /// may have fewer than 4 invocations.
     pub fn check_required(&self) -> Result<()> {
         let missing = |feature: &str| {
             Err(ModelError::MissingFeature {
@@ -130,6 +131,15 @@ impl DeviceCaps {
         }
         if self.max_workgroup_invocations < 256 {
             return missing("workgroups of 256 invocations");
+        }
+        // The kernels' reductions keep a shared slot per subgroup for
+        // subgroups of 4+ invocations (lavapipe on 128-bit vectors, the
+        // narrowest seen, has 4).
+        if self.min_subgroup_size < 4 {
+            return missing(&format!(
+                "subgroups of at least 4 invocations (device allows {})",
+                self.min_subgroup_size
+            ));
         }
         Ok(())
     }

@@ -102,8 +102,10 @@ const BLOCKS_WG: u32 = 128;
 /// (invocations per query, keys per tile) of the prompt kernel: 16
 /// dimensions per invocation where the subgroup allows (32 otherwise), so a
 /// query's scores for a tile stay in registers; `None` where no split fits
-/// (a subgroup size the driver may change, odd dimensions per invocation).
-fn blocks_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32, u32)> {
+/// (a subgroup size the driver may change, odd dimensions per invocation,
+/// or more than 32 per invocation: a 256-wide head on subgroups of 4), and
+/// [`AttentionVariant::choose`] then takes another kernel.
+pub fn blocks_split(ctx: &crate::gpu::GpuContext, head_dim: usize) -> Option<(u32, u32)> {
     let sg = kernel_subgroup(ctx) as usize;
     if sg <= 1 {
         return None;
