@@ -321,7 +321,8 @@ fn staged_x_vec4s(ctx: &GpuContext, t: QuantType, shape: MatvecShape, k: usize) 
         return Ok(1);
     }
     let unit_vec4 = unit_columns(t, shape.narrow) / 4;
-    let red = 4 * (shape.wg * (shape.nr + 2)) as usize + 128;
+    // The row groups' partials, and a sum of squares per subgroup of 4+.
+    let red = 4 * (shape.wg * (shape.nr + 2)) as usize + 4 * shape.wg.div_ceil(4) as usize;
     let budget =
         MATVEC_STAGE_BYTES.min((ctx.caps().max_shared_memory as usize).saturating_sub(red));
     let max_vec4 = budget / 16 / unit_vec4 * unit_vec4;

@@ -144,9 +144,13 @@ impl Q8Input<'_> {
 /// Bytes of shared memory the in-workgroup quantizer of `cols` columns
 /// takes next to the reduction slots of `shape`: per 32 columns 32 quants,
 /// a word of scale and sum, and an f32 scale (Q4_K: the unit's extreme,
-/// and a scale per 256), and the subgroups' sums of squares.
+/// and a scale per 256), and the subgroups' sums of squares (a slot for
+/// each subgroup of 4+ invocations).
 fn shared_bytes(shape: &MatvecShape, cols: usize) -> usize {
-    cols / 32 * 40 + cols / 256 * 4 + 4 * shape.wg as usize * shape.nr as usize + 4 * 32
+    cols / 32 * 40
+        + cols / 256 * 4
+        + 4 * shape.wg as usize * shape.nr as usize
+        + 4 * shape.wg.div_ceil(4) as usize
 }
 
 /// Most workgroups per token that each quantize the row themselves, past
