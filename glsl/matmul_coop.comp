@@ -314,21 +314,22 @@ void main() {
         }
     }
 
-    if (producer) {
-        // Nothing of the result is theirs (with producers WK is 1: no
-        // barrier follows).
-        return;
-    }
     if (WK == 1u) {
         // Each subgroup stages one 16 x 16 result at a time in its own area:
         // sc[base + token * 16 + row], consecutive lanes on consecutive rows.
+        // Producers own no result but pass the same subgroup barriers
+        // rather than exit: lavapipe (Mesa 26, cooperative matrices forced
+        // to 8 x 8) garbled the results when they had exited, as if its
+        // subgroup barriers waited on the whole workgroup.
         const uint base = sg * 256u;
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             [[unroll]] for (uint j = 0u; j < TN; j++) {
-                coopMatStore(acc[i][j], sc, base, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                if (!producer) {
+                    coopMatStore(acc[i][j], sc, base, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                }
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();
-                [[unroll]] for (uint e = lane; e < 256u; e += SUBGROUP) {
+                [[unroll]] for (uint e = producer ? 256u : lane; e < 256u; e += SUBGROUP) {
                     const uint r = sg_row + 16u * i + e % 16u;
                     const uint t = sg_tok + 16u * j + e / 16u;
                     const uint row = row0 + r;
