@@ -329,15 +329,17 @@ void main() {
                 }
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();
-                [[unroll]] for (uint e = producer ? 256u : lane; e < 256u; e += SUBGROUP) {
-                    const uint r = sg_row + 16u * i + e % 16u;
-                    const uint t = sg_tok + 16u * j + e / 16u;
-                    const uint row = row0 + r;
-                    // rows r and r ^ 1 of a token are elements e and e ^ 1
-                    const float v = sc[base + e];
-                    const float partner = sc[base + (e ^ 1u)];
-                    if (row < p.m && tok0 + t < p.n) {
-                        store_out(row, tok0 + t, v, partner);
+                if (!producer) {
+                    [[unroll]] for (uint e = lane; e < 256u; e += SUBGROUP) {
+                        const uint r = sg_row + 16u * i + e % 16u;
+                        const uint t = sg_tok + 16u * j + e / 16u;
+                        const uint row = row0 + r;
+                        // rows r and r ^ 1 of a token are elements e and e ^ 1
+                        const float v = sc[base + e];
+                        const float partner = sc[base + (e ^ 1u)];
+                        if (row < p.m && tok0 + t < p.n) {
+                            store_out(row, tok0 + t, v, partner);
+                        }
                     }
                 }
                 subgroupBarrier();

@@ -52,7 +52,7 @@ scale("glsl/matmul_coop.comp", [
     ("NSG * 32u", "NSG * 8u"), ("PW * 32u", "PW * 8u"),
     ("16, 16,", "8, 8,"), ("c += 16u", "c += 8u"),
     ("16u * i", "8u * i"), ("16u * j", "8u * j"),
-    ("sg * 256u", "sg * 64u"), ("e < 256u", "e < 64u"), ("producer ? 256u", "producer ? 64u"),
+    ("sg * 256u", "sg * 64u"), ("e < 256u", "e < 64u"),
     ("e % 16u", "e % 8u"), ("e / 16u", "e / 8u"), ("base, 16,", "base, 8,"),
 ])
 scale("src/ops/linear/coop.rs", [

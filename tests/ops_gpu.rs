@@ -237,6 +237,18 @@ fn coop_tiles_match_ref() {
     }
 }
 
+/// This device's capabilities with an H200's limits for the tile choice:
+/// 48 KB of shared memory, 1024 invocations, 132 SMs, no workgroup-scope
+/// matrices.
+fn h200_caps() -> combs::gpu::DeviceCaps {
+    let mut h200 = gpu().caps().clone();
+    h200.max_shared_memory = 49152;
+    h200.max_workgroup_invocations = 1024;
+    h200.sm_count = Some(132);
+    h200.coop_mat2 = None;
+    h200
+}
+
 /// The tile choice, on this device's limits and on an H200's (48 KB of
 /// shared memory, 132 SMs): what only the skinny kernel does (writing sums
 /// of squares, reading the residual with its norm folded in) stays on
@@ -246,11 +258,7 @@ fn coop_tiles_match_ref() {
 /// keeps them.
 #[test]
 fn coop_tile_choice_keeps_skinny_work_on_skinny_tiles() {
-    let mut h200 = gpu().caps().clone();
-    h200.max_shared_memory = 49152;
-    h200.max_workgroup_invocations = 1024;
-    h200.sm_count = Some(132);
-    h200.coop_mat2 = None;
+    let h200 = h200_caps();
     let shapes = [
         (3072, 2048),
         (2048, 8192),
@@ -323,11 +331,7 @@ fn devices_with_subgroups_below_four_are_refused() {
 /// none, and a device that asks for none gets the tiles of before.
 #[test]
 fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
-    let mut h200 = gpu().caps().clone();
-    h200.max_shared_memory = 49152;
-    h200.max_workgroup_invocations = 1024;
-    h200.sm_count = Some(132);
-    h200.coop_mat2 = None;
+    let mut h200 = h200_caps();
     h200.coop_producers = (0, 1);
     let plain = |caps: &combs::gpu::DeviceCaps, rows, cols, n| {
         CoopTile::choose_on(caps, rows, cols, n, CoopInput::F16, false)
