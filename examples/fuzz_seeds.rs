@@ -134,7 +134,41 @@ fn wavs(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Small PNG and JPEG images of several colour types and shapes.
+/// The first 16 KiB of each codec variant `scripts/fetch-test-audio.sh`
+/// wrote (AAC, ALAC, ADPCM, Opus, ...), where the cache holds them.
+fn audio_variants(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let cache =
+        std::env::var_os("COMBS_CACHE").map_or_else(|| home.join(".cache/combs"), PathBuf::from);
+    let Ok(entries) = std::fs::read_dir(cache.join("audio/variants")) else {
+        return Ok(());
+    };
+    let dir = root.join("gen-audio");
+    std::fs::create_dir_all(&dir)?;
+    for entry in entries {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if name.ends_with(".f32") || name.ends_with(".json") {
+            continue;
+        }
+        let bytes = std::fs::read(&path)?;
+        write(
+            &dir,
+            &format!("variant-{name}"),
+            &bytes[..bytes.len().min(16 << 10)],
+        )?;
+    }
+    Ok(())
+}
+
+/// Small images of several colour types and shapes: PNG, and the RGB and
+/// grey ones in every other format `decode_image` takes.
 fn images(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     use image::{DynamicImage, ImageFormat, RgbImage};
     let dir = root.join("seed-image");
@@ -158,6 +192,21 @@ fn images(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     for (name, img) in &variants[..2] {
         img.save_with_format(dir.join(format!("{name}.jpg")), ImageFormat::Jpeg)?;
+        for (ext, format) in [
+            ("webp", ImageFormat::WebP),
+            ("gif", ImageFormat::Gif),
+            ("bmp", ImageFormat::Bmp),
+            ("tiff", ImageFormat::Tiff),
+            ("pnm", ImageFormat::Pnm),
+        ] {
+            // The GIF encoder takes only RGB(A) pixels (it builds a palette).
+            let img = if format == ImageFormat::Gif {
+                DynamicImage::ImageRgba8(img.to_rgba8())
+            } else {
+                img.clone()
+            };
+            img.save_with_format(dir.join(format!("{name}.{ext}")), format)?;
+        }
     }
     let tall = DynamicImage::ImageRgb8(RgbImage::from_fn(3, 40, |x, y| {
         image::Rgb([x as u8 * 80, y as u8 * 6, 7])
@@ -197,6 +246,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     text_models(&root)?;
     whisper_models(&root)?;
     wavs(&root)?;
+    audio_variants(&root)?;
     images(&root)?;
     requantize_inputs(&root)?;
     println!("seeds written under {}", root.display());

@@ -689,20 +689,21 @@ enum combs_status combs_mmproj_load(const struct combs_model *m,
 // and not in use by another thread.
 void combs_mmproj_free(struct combs_mmproj *p);
 
-// Decodes a PNG or JPEG file. On success `*out` receives an image to
+// Decodes an image file: PNG, JPEG, WebP, GIF (its first frame), BMP,
+// TIFF or PNM, told by its content. On success `*out` receives an image to
 // release with `combs_image_free()`.
 //
 // # Errors
 // `COMBS_ERR_INVALID_ARGUMENT` (NULL `path` or `out`; an image of 0 pixels
 // or over 16384 pixels a side or 2^26 pixels, refused from its header
-// before anything is allocated), `COMBS_ERR_IO`, `COMBS_ERR_FORMAT` (not a
-// PNG or JPEG, corrupt or truncated).
+// before anything is allocated), `COMBS_ERR_IO`, `COMBS_ERR_FORMAT` (none
+// of those formats, corrupt or truncated).
 //
 // # Safety
 // `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
 enum combs_status combs_image_load(const char *path, struct combs_image **out);
 
-// Decodes a PNG or JPEG held in memory (`len` bytes at `bytes`).
+// Decodes an image file held in memory (`len` bytes at `bytes`).
 //
 // # Errors
 // As `combs_image_load()`, without `COMBS_ERR_IO`.

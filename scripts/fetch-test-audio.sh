@@ -11,6 +11,10 @@
 #   espeak_flac.flac            FLAC copy of espeak_numbers (symphonia, lossless)
 #   espeak_vorbis.ogg           Ogg Vorbis copy of espeak_numbers (symphonia, lossy)
 #   espeak_mp3.mp3              MP3 copy of espeak_numbers (symphonia, lossy)
+#   variants/                   espeak_numbers in AAC (M4A, ADTS), ALAC, AIFF,
+#                               CAF, IMA/MS ADPCM, MP2 and Opus (Ogg, WebM,
+#                               stereo, 5.1), each with FFmpeg's decoding
+#                               (scripts/audio_variants.py on PyAV)
 #   ref16k/<clip>.s16           the 16 kHz arrays faster-whisper decoded for the
 #                               references (scripts/ref16k.py on PyAV, checked
 #                               against tests/fixtures/whisper/clips.json)
@@ -96,12 +100,21 @@ missing=0
 for c in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$clips"); do
   [ -f "$out/ref16k/$c.s16" ] || missing=1
 done
-if [ "$missing" = 1 ]; then
-  pyav="$cache/pyav"
+variants=0
+[ -f "$out/variants/index.json" ] || variants=1
+pyav="$cache/pyav"
+if [ "$missing" = 1 ] || [ "$variants" = 1 ]; then
   if ! PYTHONPATH="$pyav" python3 -c 'import av, numpy' 2>/dev/null; then
     $pip_cmd install --quiet --target "$pyav" "av==18.1.0" numpy >&2
   fi
+fi
+if [ "$missing" = 1 ]; then
   PYTHONPATH="$pyav" python3 "$(dirname "$0")/ref16k.py" "$out" "$clips" "$out/ref16k"
+fi
+# espeak_numbers in AAC, ALAC, AIFF, CAF, ADPCM, MP2 and Opus (Ogg, WebM,
+# stereo, 5.1), with FFmpeg's decoding of each (scripts/audio_variants.py).
+if [ "$variants" = 1 ]; then
+  PYTHONPATH="$pyav" python3 "$(dirname "$0")/audio_variants.py" "$out"
 fi
 echo "test audio in $out:"
 ls "$out"

@@ -4,7 +4,8 @@
 //! replicated, 16-bit to its high byte), and bad input — truncated or
 //! corrupt files, unknown formats, empty and oversized images, headers
 //! claiming 100000×100000 — refused with a clear error before any
-//! allocation of that size.
+//! allocation of that size. WebP, GIF, BMP, TIFF and PNM files written by
+//! Pillow against the pixels PIL's `convert("RGB")` makes of them.
 
 mod common;
 
@@ -217,8 +218,14 @@ fn decode_unknown_format_is_format_error() {
     junk[0] = b'x'; // no known signature starts with it
     assert_eq!(format_of(&decode_image(&junk).expect_err("junk")), "image");
     assert_eq!(format_of(&decode_image(&[]).expect_err("empty")), "image");
+    // A format the crate knows but this build does not decode (ICO).
+    let ico = b"\x00\x00\x01\x00\x01\x00\x10\x10\x00\x00\x01\x00\x20\x00";
+    let err = decode_image(ico).expect_err("ico");
+    assert_eq!(format_of(&err), "image");
+    assert!(err.to_string().contains("not supported"), "{err}");
+    // A GIF signature with nothing behind it is a broken GIF.
     let gif = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
-    assert_eq!(format_of(&decode_image(gif).expect_err("gif")), "image");
+    assert_eq!(format_of(&decode_image(gif).expect_err("gif")), "GIF");
 }
 
 #[test]
@@ -293,4 +300,124 @@ fn load_image_reads_a_file_and_reports_a_missing_one() {
     let err = load_image(&dir.join("missing.png")).expect_err("missing file");
     assert!(matches!(err, ModelError::Io { .. }), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn formats_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vision/formats")
+}
+
+fn format_cases() -> Vec<(String, serde_json::Value)> {
+    let text = std::fs::read_to_string(formats_dir().join("cases.json")).expect("cases.json");
+    let meta: serde_json::Value = serde_json::from_str(&text).expect("cases.json parses");
+    let cases = meta["cases"].as_object().expect("cases");
+    cases.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// WebP (lossless and lossy), GIF (palette, grey, a transparent entry, the
+/// first frame of an animation), BMP (24/32-bit, palette, grey, 1-bit),
+/// TIFF (raw, LZW, deflate, PackBits; RGB, RGBA, grey) and PNM files that
+/// Pillow 11.3 wrote, against what its `convert("RGB")` made of each
+/// (`scripts/make-image-format-fixtures.py`). A palette TIFF is refused by
+/// name (the `tiff` crate does not expand palettes).
+#[test]
+fn other_formats_decode_as_pil_converts_them() {
+    let cases = format_cases();
+    assert!(cases.len() >= 20, "{} cases", cases.len());
+    for (name, case) in cases {
+        let file = formats_dir().join(case["file"].as_str().expect("file"));
+        if name == "tiff_palette" {
+            let err = load_image(&file).expect_err("palette TIFF decoded");
+            assert_eq!(format_of(&err), "TIFF", "{err}");
+            continue;
+        }
+        let img = load_image(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = std::fs::read(formats_dir().join(format!("{name}.rgb"))).expect("rgb");
+        let (w, h) = (case["width"].as_u64(), case["height"].as_u64());
+        assert_eq!(
+            (Some(u64::from(img.width())), Some(u64::from(img.height()))),
+            (w, h),
+            "{name}"
+        );
+        let tol = case["tolerance"].as_u64().expect("tolerance") as i32;
+        let worst = img
+            .data()
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs())
+            .max()
+            .unwrap_or(0);
+        assert_eq!(img.data().len(), want.len(), "{name}");
+        assert!(worst <= tol, "{name}: pixels differ from PIL's by {worst}");
+    }
+}
+
+/// Each file cut to half its length is refused with its format's name
+/// (an animated GIF's first frame may end before the cut: it decodes).
+#[test]
+fn truncated_files_of_other_formats_are_refused() {
+    for (name, case) in format_cases() {
+        let file = case["file"].as_str().expect("file");
+        let bytes = std::fs::read(formats_dir().join(file)).expect("read");
+        let half = &bytes[..bytes.len() / 2];
+        let want = match file.rsplit('.').next() {
+            Some("webp") => "WebP",
+            Some("gif") => "GIF",
+            Some("bmp") => "BMP",
+            Some("tiff") => "TIFF",
+            _ => "PNM",
+        };
+        match decode_image(half) {
+            Err(err) => assert_eq!(format_of(&err), want, "{name}: {err}"),
+            Ok(_) => assert_eq!(name, "gif_animated", "{name}: a truncated file decoded"),
+        }
+    }
+}
+
+/// Headers claiming more than the bounds are refused before any pixel
+/// buffer is allocated, in every format (as invalid arguments where the
+/// header parses).
+#[test]
+fn huge_headers_of_other_formats_are_refused_before_allocating() {
+    let read = |f: &str| std::fs::read(formats_dir().join(f)).expect("read");
+    let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+    // PNM: the size is text.
+    let mut ppm = b"P6\n60000 60000\n255\n".to_vec();
+    ppm.extend_from_slice(&[0u8; 64]);
+    files.push(("PNM", ppm));
+    // BMP: BITMAPINFOHEADER's width and height (i32 at 18 and 22).
+    let mut bmp = read("bmp_rgb.bmp");
+    bmp[18..22].copy_from_slice(&60_000i32.to_le_bytes());
+    bmp[22..26].copy_from_slice(&60_000i32.to_le_bytes());
+    files.push(("BMP", bmp));
+    // GIF: the logical screen (u16 at 6 and 8).
+    let mut gif = read("gif_palette.gif");
+    gif[6..8].copy_from_slice(&60_000u16.to_le_bytes());
+    gif[8..10].copy_from_slice(&60_000u16.to_le_bytes());
+    files.push(("GIF", gif));
+    // WebP lossless: 14-bit width - 1 and height - 1 after the 0x2f
+    // signature byte; 16384 x 16384 is within the side bound, past the
+    // pixel bound.
+    let mut webp = read("webp_lossless_rgb.webp");
+    assert_eq!(&webp[12..16], b"VP8L");
+    let bits = u32::from_le_bytes([webp[21], webp[22], webp[23], webp[24]]);
+    let bits = (bits & !0x0FFF_FFFF) | 0x0FFF_FFFF;
+    webp[21..25].copy_from_slice(&bits.to_le_bytes());
+    files.push(("WebP", webp));
+    // TIFF: the ImageWidth and ImageLength entries (LONG values at 18, 30).
+    let mut tiff = read("tiff_rgb.tiff");
+    assert_eq!(&tiff[10..12], &[0x00, 0x01], "ImageWidth first");
+    tiff[18..22].copy_from_slice(&60_000u32.to_le_bytes());
+    tiff[30..34].copy_from_slice(&60_000u32.to_le_bytes());
+    files.push(("TIFF", tiff));
+    for (what, bytes) in files {
+        let err = decode_image(&bytes).expect_err(what);
+        // The tiff crate checks the strips against the size first: a
+        // format error, also before any pixel buffer.
+        let tiff_refused =
+            what == "TIFF" && matches!(err, ModelError::Format { format: "TIFF", .. });
+        assert!(
+            tiff_refused || matches!(err, ModelError::InvalidArgument { .. }),
+            "{what}: {err}"
+        );
+    }
 }

@@ -766,3 +766,132 @@ fn fuzz_found_audio_files_are_errors_not_panics() {
         assert!(r.is_ok(), "{name}: the decoder's panic escaped");
     }
 }
+
+/// Every codec and container beyond WAV/FLAC/MP3/Vorbis — AAC (MP4 and
+/// ADTS, mono and 44.1 kHz stereo), ALAC, AIFF, CAF, IMA and MS ADPCM,
+/// MP2, Opus (Ogg and WebM, mono, stereo, 5.1 through mapping family 1) —
+/// against FFmpeg's decoding of the same file (`scripts/audio_variants.py`
+/// through PyAV, what faster-whisper reads): same rate and channels, same
+/// length, and the samples within each codec's bound (multichannel files
+/// compared as their mono mixes: FFmpeg reorders 5.1 channels from the
+/// Vorbis order Opus carries).
+#[test]
+fn other_codecs_decode_as_ffmpeg_does() {
+    let dir = audio_cache().join("variants");
+    let Ok(index) = std::fs::read_to_string(dir.join("index.json")) else {
+        eprintln!(
+            "SKIPPED: no audio variants in {} (run scripts/fetch-test-audio.sh)",
+            dir.display()
+        );
+        return;
+    };
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    let index = index.as_object().unwrap();
+    assert!(index.len() >= 13, "{} variants", index.len());
+    for (name, meta) in index {
+        let got = audio::decode_file(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let raw = std::fs::read(dir.join(format!("{name}.f32"))).unwrap();
+        let want: Vec<f32> = raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let (rate, channels) = (
+            meta["rate"].as_u64().unwrap(),
+            meta["channels"].as_u64().unwrap(),
+        );
+        assert_eq!(
+            (u64::from(got.sample_rate), got.channels as u64),
+            (rate, channels),
+            "{name}"
+        );
+        let ch = got.channels;
+        let mono = |s: &[f32]| audio::mix_to_mono(s, ch).unwrap();
+        let (a, b) = (mono(&got.samples), mono(&want));
+        // WebM's last block carries its padding in a DiscardPadding element
+        // that symphonia's Matroska reader skips: at most one packet more.
+        if name.ends_with(".webm") {
+            assert!(
+                a.len() >= b.len() && a.len() - b.len() <= 5760,
+                "{name}: {} frames, FFmpeg {}",
+                a.len(),
+                b.len()
+            );
+        } else {
+            assert_eq!(a.len(), b.len(), "{name}: frames");
+        }
+        let (mut e, mut s) = (0.0f64, 0.0f64);
+        for (x, y) in a.iter().zip(&b) {
+            e += f64::from(x - y).powi(2);
+            s += f64::from(*y).powi(2);
+        }
+        let snr = 10.0 * (s / e.max(1e-30)).log10();
+        // Lossless codecs decode to the same integers; lossy ones to the
+        // same signal up to their decoders' arithmetic (IMA ADPCM: symphonia
+        // rounds each step's difference as the IMA reference does, FFmpeg
+        // with one multiply: 1-2 LSB that accumulate within a block).
+        let bound = match meta["codec"].as_str().unwrap() {
+            "alac" | "pcm_s16be" | "pcm_s16le" | "adpcm_ms" => 200.0,
+            "adpcm_ima_wav" => 35.0,
+            "opus" => 60.0,
+            _ => 70.0,
+        };
+        if ch == 6 {
+            // Opus carries 5.1 in the Vorbis order (FL FC FR BL BR LFE),
+            // FFmpeg gives its own (FL FR FC LFE BL BR): channel by channel.
+            for (c, ff) in [0usize, 2, 1, 4, 5, 3].into_iter().enumerate() {
+                let (mut e, mut s) = (0.0f64, 0.0f64);
+                let frames = got.samples.len() / 6;
+                for f in 0..frames {
+                    let (x, y) = (got.samples[f * 6 + c], want[f * 6 + ff]);
+                    e += f64::from(x - y).powi(2);
+                    s += f64::from(y).powi(2);
+                }
+                let snr = 10.0 * (s / e.max(1e-30)).log10();
+                assert!(
+                    snr >= 60.0,
+                    "{name}: channel {c} vs FFmpeg's {ff}: {snr:.1} dB"
+                );
+            }
+        }
+        eprintln!(
+            "{name}: {} Hz x {ch}, {} frames, SNR vs FFmpeg {snr:.1} dB",
+            got.sample_rate,
+            a.len()
+        );
+        assert!(snr >= bound, "{name}: SNR vs FFmpeg {snr:.1} dB < {bound}");
+    }
+}
+
+/// Codecs no decoder here handles are refused by name.
+#[test]
+fn unsupported_codec_is_named() {
+    // A WAV of A-law samples (format tag 6): hound refuses it, symphonia
+    // reads the container but has no A-law decoder in this build.
+    let mut wav = Vec::new();
+    let data = [0xD5u8; 1600];
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&16u32.to_le_bytes());
+    wav.extend_from_slice(&6u16.to_le_bytes()); // A-law
+    wav.extend_from_slice(&1u16.to_le_bytes()); // mono
+    wav.extend_from_slice(&8000u32.to_le_bytes());
+    wav.extend_from_slice(&8000u32.to_le_bytes());
+    wav.extend_from_slice(&1u16.to_le_bytes());
+    wav.extend_from_slice(&8u16.to_le_bytes());
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&data);
+    match audio::decode_bytes(&wav) {
+        Err(e) => {
+            let msg = e.to_string();
+            eprintln!("{msg}");
+            assert!(msg.contains("A-law") || msg.contains("WAV"), "{msg}");
+        }
+        // A build whose symphonia decodes A-law is as good.
+        Ok(a) => assert_eq!(
+            (a.sample_rate, a.channels, a.samples.len()),
+            (8000, 1, 1600)
+        ),
+    }
+}

@@ -1,4 +1,4 @@
-//! Image decoding (PNG, JPEG) on arbitrary bytes, then SmolVLM's
+//! Image decoding (every format `decode_image` takes) on arbitrary bytes, then SmolVLM's
 //! preprocessing (resize, tiles, pixel tensors) of what decodes.
 #![no_main]
 

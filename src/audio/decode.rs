@@ -7,12 +7,17 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use symphonia::core::codecs::audio::AudioDecoderOptions;
+use symphonia::core::codecs::audio::well_known::{
+    CODEC_ID_AC3, CODEC_ID_DCA, CODEC_ID_EAC3, CODEC_ID_OPUS, CODEC_ID_PCM_ALAW,
+    CODEC_ID_PCM_MULAW, CODEC_ID_SPEEX, CODEC_ID_WMA,
+};
+use symphonia::core::codecs::audio::{AudioCodecId, AudioDecoderOptions};
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::probe::Hint;
-use symphonia::core::formats::{FormatOptions, TrackType};
+use symphonia::core::formats::{FormatOptions, FormatReader, TrackType};
 use symphonia::core::io::MediaSourceStream;
 use symphonia::core::meta::MetadataOptions;
+use symphonia::core::packet::Packet;
 
 use crate::error::{ModelError, Result};
 
@@ -180,25 +185,20 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
         .as_ref()
         .and_then(|p| p.audio())
         .ok_or_else(|| media_error("the audio track has no codec parameters"))?;
+    if params.codec == CODEC_ID_OPUS {
+        let head = params.extra_data.clone();
+        return super::opus::decode_track(head.as_deref(), || {
+            next_packet_of(format.as_mut(), track_id)
+        });
+    }
     let mut decoder = symphonia::default::get_codecs()
         .make_audio_decoder(params, &AudioDecoderOptions::default())
-        .map_err(|e| media_error(format!("no decoder: {e}")))?;
+        .map_err(|e| unsupported_codec(params.codec, e))?;
 
     let mut samples = Vec::new();
     let mut packet_samples: Vec<f32> = Vec::new();
     let mut spec: Option<(u32, usize)> = None;
-    loop {
-        let packet = match format.next_packet() {
-            Ok(Some(p)) => p,
-            Ok(None) => break,
-            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                break;
-            }
-            Err(e) => return Err(media_error(format!("reading a packet: {e}"))),
-        };
-        if packet.track_id != track_id {
-            continue;
-        }
+    while let Some(packet) = next_packet_of(format.as_mut(), track_id)? {
         let buf = match decoder.decode(&packet) {
             Ok(buf) => buf,
             // A corrupt packet is skipped, as ffmpeg does.
@@ -228,4 +228,42 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
         channels,
         samples,
     })
+}
+
+/// The next packet of track `track_id` (`None` at the end; a file cut short
+/// ends there too, as FFmpeg reads what it can).
+fn next_packet_of(format: &mut dyn FormatReader, track_id: u32) -> Result<Option<Packet>> {
+    loop {
+        match format.next_packet() {
+            Ok(Some(p)) if p.track_id == track_id => return Ok(Some(p)),
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(None);
+            }
+            Err(e) => return Err(media_error(format!("reading a packet: {e}"))),
+        }
+    }
+}
+
+/// A track whose codec this build cannot decode, named where it is a
+/// well-known one.
+fn unsupported_codec(codec: AudioCodecId, e: SymphoniaError) -> ModelError {
+    let name = match codec {
+        CODEC_ID_AC3 => Some("AC-3"),
+        CODEC_ID_EAC3 => Some("E-AC-3"),
+        CODEC_ID_DCA => Some("DTS"),
+        CODEC_ID_WMA => Some("WMA"),
+        CODEC_ID_SPEEX => Some("Speex"),
+        CODEC_ID_PCM_ALAW => Some("A-law PCM"),
+        CODEC_ID_PCM_MULAW => Some("mu-law PCM"),
+        _ => None,
+    };
+    let supported = "PCM, FLAC, ALAC, MP3, MP2, AAC-LC, Vorbis, Opus and IMA/MS ADPCM are";
+    match name {
+        Some(name) => media_error(format!("{name} audio is not supported ({supported})")),
+        None => media_error(format!(
+            "an audio codec this build does not decode ({e}; {supported})"
+        )),
+    }
 }

@@ -1,10 +1,12 @@
-//! Audio in, Whisper features out: decoding files (WAV through hound,
-//! FLAC/MP3/Ogg Vorbis through symphonia), mixing down to mono, resampling
+//! Audio in, Whisper features out: decoding files (WAV through hound; FLAC,
+//! MP3, MP2, AAC, ALAC, Vorbis, ADPCM in their containers through
+//! symphonia; Opus through `opus-decoder`), mixing down to mono, resampling
 //! to 16 kHz, and the log-mel spectrogram the encoder reads. Nothing here
 //! touches a device.
 
 pub mod decode;
 pub mod mel;
+mod opus;
 pub mod resample;
 
 use std::path::Path;

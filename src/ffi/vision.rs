@@ -1,6 +1,6 @@
 //! Images in prompts: `combs_mmproj` (a SmolVLM / Idefics3 projector file
 //! loaded beside a text model), `combs_image` (RGB8 pixels, decoded from a
-//! PNG/JPEG file or buffer, or copied from the caller's), and the calls that
+//! PNG, JPEG, WebP, GIF, BMP, TIFF or PNM file or buffer, or copied from the caller's), and the calls that
 //! prefill a session with an image or with text whose `<image>` markers
 //! stand for images.
 
@@ -90,14 +90,15 @@ pub unsafe extern "C" fn combs_mmproj_free(p: *mut combs_mmproj) {
     unsafe { guard_free("combs_mmproj_free", p) }
 }
 
-/// Decodes a PNG or JPEG file. On success `*out` receives an image to
+/// Decodes an image file: PNG, JPEG, WebP, GIF (its first frame), BMP,
+/// TIFF or PNM, told by its content. On success `*out` receives an image to
 /// release with `combs_image_free()`.
 ///
 /// # Errors
 /// `COMBS_ERR_INVALID_ARGUMENT` (NULL `path` or `out`; an image of 0 pixels
 /// or over 16384 pixels a side or 2^26 pixels, refused from its header
-/// before anything is allocated), `COMBS_ERR_IO`, `COMBS_ERR_FORMAT` (not a
-/// PNG or JPEG, corrupt or truncated).
+/// before anything is allocated), `COMBS_ERR_IO`, `COMBS_ERR_FORMAT` (none
+/// of those formats, corrupt or truncated).
 ///
 /// # Safety
 /// `path` is NULL or a NUL-terminated string; `out` is NULL or writable.
@@ -117,7 +118,7 @@ pub unsafe extern "C" fn combs_image_load(
     unsafe { guard_create("combs_image_load", out, make) }
 }
 
-/// Decodes a PNG or JPEG held in memory (`len` bytes at `bytes`).
+/// Decodes an image file held in memory (`len` bytes at `bytes`).
 ///
 /// # Errors
 /// As `combs_image_load()`, without `COMBS_ERR_IO`.

@@ -1,11 +1,17 @@
-//! PNG and JPEG files to [`RgbImage`] through the `image` crate (only its
-//! `png` and `jpeg` decoders are built). Sizes are checked from the header,
-//! with the crate's [`Limits`] set, before the pixel buffer is allocated.
+//! Image files to [`RgbImage`] through the `image` crate: PNG, JPEG, WebP
+//! (lossy and lossless), GIF (the first frame), BMP, TIFF (not paletted)
+//! and PNM, told by their signature (the decoders built are those; a
+//! signature-less TGA is not among them). Sizes are checked from the
+//! header, with the crate's [`Limits`] set, before the pixel buffer is
+//! allocated. Every format but JPEG and lossy WebP decodes to the same
+//! pixels as PIL (`tests/fixtures/vision/formats`, written by Pillow); lossy
+//! WebP matched libwebp's there too.
 //!
 //! Colour types become RGB8 the way PIL's `Image.convert("RGB")` does, as
 //! llama.cpp's mtmd (stb_image) does too: grey is replicated into R, G and B,
 //! alpha (an alpha channel or a PNG `tRNS` colour) is dropped, not blended,
-//! and 16-bit samples keep their high byte. Two known differences from
+//! and 16-bit samples keep their high byte (a GIF's transparent palette
+//! entry keeps its colour, as in PIL). Two known differences from
 //! transformers: transformers 5's `convert_to_rgb` blends transparent
 //! pixels onto white (4.x dropped alpha as here), and PIL clamps 16-bit
 //! greyscale (`I;16`) values to 255 rather than taking the high byte, which
@@ -26,8 +32,8 @@ use crate::error::{ModelError, Result};
 /// RGBA (8 bytes per pixel), the widest layout PNG decodes to.
 const MAX_DECODE_ALLOC: u64 = MAX_IMAGE_PIXELS * 8;
 
-/// Reads and decodes a PNG or JPEG file (format told by its content, not
-/// its name).
+/// Reads and decodes an image file (format told by its content, not its
+/// name; see the module comment for the formats).
 ///
 /// # Errors
 /// [`ModelError::Io`] when the file cannot be read; what [`decode_image`]
@@ -40,31 +46,34 @@ pub fn load_image(path: &Path) -> Result<RgbImage> {
     decode_image(&bytes)
 }
 
-/// Decodes a PNG or JPEG file held in memory to RGB8.
+/// Decodes an image file held in memory to RGB8.
 ///
 /// # Errors
-/// [`ModelError::Format`] (format `"PNG"` or `"JPEG"`) for a corrupt or
-/// truncated file, `"image"` for content that is neither;
+/// [`ModelError::Format`] (format `"PNG"`, `"JPEG"`, `"WebP"`, `"GIF"`,
+/// `"BMP"`, `"TIFF"` or `"PNM"`) for a corrupt or truncated file, or a
+/// variant its decoder does not handle; `"image"` for content that is none
+/// of them;
 /// [`ModelError::InvalidArgument`] for an image with no pixels or past
 /// [`MAX_IMAGE_SIDE`] / [`MAX_IMAGE_PIXELS`] (refused from the header).
 pub fn decode_image(bytes: &[u8]) -> Result<RgbImage> {
-    let format = match image::guess_format(bytes) {
-        Ok(ImageFormat::Png) => "PNG",
-        Ok(ImageFormat::Jpeg) => "JPEG",
-        Ok(other) => {
-            return Err(format_error(
-                "image",
-                format!("{other:?} images are not supported (PNG and JPEG are)"),
-            ));
-        }
+    let (format, name) = match image::guess_format(bytes) {
+        Ok(f) => match format_name(f) {
+            Some(name) => (f, name),
+            None => {
+                return Err(format_error(
+                    "image",
+                    format!("{f:?} images are not supported ({SUPPORTED})"),
+                ));
+            }
+        },
         Err(_) => {
             return Err(format_error(
                 "image",
-                "neither a PNG nor a JPEG file (unknown signature)",
+                format!("not an image file this build decodes (unknown signature; {SUPPORTED})"),
             ));
         }
     };
-    if format == "JPEG" {
+    if format == ImageFormat::Jpeg {
         // The JPEG decoder fills a truncated scan with grey rather than
         // failing (PIL raises "image file is truncated"): refuse it here.
         check_jpeg_complete(bytes).map_err(|reason| format_error("JPEG", reason))?;
@@ -72,30 +81,43 @@ pub fn decode_image(bytes: &[u8]) -> Result<RgbImage> {
     // The decoders are another crate's parsers of untrusted headers; a
     // panic in one (as fuzzing found in the audio decoders) fails this
     // image, not the caller.
-    std::panic::catch_unwind(|| decode_as(bytes, format)).unwrap_or_else(|_| {
+    std::panic::catch_unwind(|| decode_as(bytes, format, name)).unwrap_or_else(|_| {
         Err(format_error(
-            format,
+            name,
             "the decoder failed on this file (a malformed header)",
         ))
     })
 }
 
-fn decode_as(bytes: &[u8], format: &'static str) -> Result<RgbImage> {
+/// What [`decode_image`] names in its refusals.
+const SUPPORTED: &str = "PNG, JPEG, WebP, GIF, BMP, TIFF and PNM are";
+
+/// The formats this build decodes, by the name its errors give them.
+fn format_name(format: ImageFormat) -> Option<&'static str> {
+    Some(match format {
+        ImageFormat::Png => "PNG",
+        ImageFormat::Jpeg => "JPEG",
+        ImageFormat::WebP => "WebP",
+        ImageFormat::Gif => "GIF",
+        ImageFormat::Bmp => "BMP",
+        ImageFormat::Tiff => "TIFF",
+        ImageFormat::Pnm => "PNM",
+        _ => return None,
+    })
+}
+
+fn decode_as(bytes: &[u8], format: ImageFormat, name: &'static str) -> Result<RgbImage> {
     let mut reader = ImageReader::new(Cursor::new(bytes));
-    reader.set_format(if format == "PNG" {
-        ImageFormat::Png
-    } else {
-        ImageFormat::Jpeg
-    });
+    reader.set_format(format);
     let mut limits = Limits::default();
     limits.max_image_width = Some(MAX_IMAGE_SIDE);
     limits.max_image_height = Some(MAX_IMAGE_SIDE);
     limits.max_alloc = Some(MAX_DECODE_ALLOC);
     reader.limits(limits);
-    let decoder = reader.into_decoder().map_err(|e| decode_error(format, e))?;
+    let decoder = reader.into_decoder().map_err(|e| decode_error(name, e))?;
     let (width, height) = decoder.dimensions();
     check_size(width, height)?;
-    let decoded = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(format, e))?;
+    let decoded = DynamicImage::from_decoder(decoder).map_err(|e| decode_error(name, e))?;
     to_rgb8(decoded)
 }
 

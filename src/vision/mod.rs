@@ -1,5 +1,5 @@
 //! Images in, vision-encoder input out, for SmolVLM (Idefics3): decoding
-//! PNG/JPEG to RGB8 ([`decode`]), PIL-exact LANCZOS resizing ([`resize`]),
+//! PNG, JPEG, WebP, GIF, BMP, TIFF and PNM files to RGB8 ([`decode`]), PIL-exact LANCZOS resizing ([`resize`]),
 //! the tiling and normalization of transformers' Idefics3 image processor
 //! ([`mod@preprocess`]), the `[1, 3, H, W]` tensor of a tile ([`tensor`]) and
 //! the prompt text that stands for an image ([`prompt`]). Nothing here

@@ -68,7 +68,7 @@ pub struct RunArgs {
     /// Vision projector (llama.cpp's `mmproj-*.gguf` of a SmolVLM model).
     #[arg(long = "mmproj", value_name = "FILE")]
     mmproj: Option<PathBuf>,
-    /// An image (PNG or JPEG) for the prompt; repeat for several. Each
+    /// An image (PNG, JPEG, WebP, GIF, BMP, TIFF or PNM) for the prompt; repeat for several. Each
     /// `<image>` in the prompt stands for the next one; without any, the
     /// images go before the prompt text.
     #[arg(long = "image", value_name = "FILE")]

@@ -24,7 +24,8 @@ pub struct TranscribeArgs {
     /// whisper.cpp model file (`ggml-*.bin`, or written by `combs convert`).
     #[arg(short = 'm', long = "model", value_name = "FILE")]
     model: PathBuf,
-    /// Audio file (WAV; FLAC, MP3, Ogg where the build decodes them).
+    /// Audio file: WAV, FLAC, MP3, M4A/MP4 (AAC, ALAC), Ogg (Vorbis, Opus),
+    /// WebM/Matroska, AIFF, CAF.
     #[arg(value_name = "AUDIO")]
     audio: PathBuf,
     /// Spoken language by code or name; `auto`: detected (multilingual models).
