@@ -8,7 +8,8 @@ From AUDIO_DIR/espeak_numbers.wav (16 kHz mono) and espeak_stereo44k.wav
 writes AUDIO_DIR/variants/<name> and <name>.f32: FFmpeg's decoded samples,
 interleaved f32 (integer formats scaled by 1 / 2^(bits - 1), as combs
 scales them), and variants/index.json: per file its codec, rate and
-channels as FFmpeg reports them. Encoded by PyAV's bundled FFmpeg; the
+channels as FFmpeg reports them (and one AC-3 file, marked
+"unsupported", that combs must refuse by name). Encoded by PyAV's bundled FFmpeg; the
 tests compare combs' decoding with FFmpeg's decoding of the same files, so
 another encoder build changes nothing they check.
 """
@@ -73,6 +74,8 @@ def main():
         ("ima_adpcm.wav", "wav", "adpcm_ima_wav", mono, rate, rate, "mono"),
         ("ms_adpcm.wav", "wav", "adpcm_ms", mono, rate, rate, "mono"),
         ("mp2.mp2", "mp2", "mp2", mono, rate, rate, "mono"),
+        ("alaw_8k.wav", "wav", "pcm_alaw", mono, rate, 8000, "mono"),
+        ("mulaw_8k.wav", "wav", "pcm_mulaw", mono, rate, 8000, "mono"),
         ("opus.ogg", "ogg", "libopus", mono, rate, rate, "mono"),
         ("opus.webm", "webm", "libopus", mono, rate, rate, "mono"),
         ("opus_stereo.opus", "ogg", "libopus", stereo, rate44, 48000, "stereo"),
@@ -85,6 +88,9 @@ def main():
         dec, dec_rate, samples = read(path)
         samples.T.astype("<f4").tofile(str(path) + ".f32")
         index[name] = {"codec": dec, "rate": dec_rate, "channels": samples.shape[0]}
+    # A codec no decoder here handles, in a container symphonia reads.
+    write(out / "ac3.mka", "matroska", "ac3", mono, rate, 48000, "mono")
+    index["ac3.mka"] = {"codec": "ac3", "unsupported": True}
     (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     print(f"{len(index)} variants in {out}")
 

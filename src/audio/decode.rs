@@ -8,8 +8,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 use symphonia::core::codecs::audio::well_known::{
-    CODEC_ID_AC3, CODEC_ID_DCA, CODEC_ID_EAC3, CODEC_ID_OPUS, CODEC_ID_PCM_ALAW,
-    CODEC_ID_PCM_MULAW, CODEC_ID_SPEEX, CODEC_ID_WMA,
+    CODEC_ID_AC3, CODEC_ID_DCA, CODEC_ID_EAC3, CODEC_ID_OPUS, CODEC_ID_SPEEX, CODEC_ID_WMA,
 };
 use symphonia::core::codecs::audio::{AudioCodecId, AudioDecoderOptions};
 use symphonia::core::errors::Error as SymphoniaError;
@@ -255,11 +254,10 @@ fn unsupported_codec(codec: AudioCodecId, e: SymphoniaError) -> ModelError {
         CODEC_ID_DCA => Some("DTS"),
         CODEC_ID_WMA => Some("WMA"),
         CODEC_ID_SPEEX => Some("Speex"),
-        CODEC_ID_PCM_ALAW => Some("A-law PCM"),
-        CODEC_ID_PCM_MULAW => Some("mu-law PCM"),
         _ => None,
     };
-    let supported = "PCM, FLAC, ALAC, MP3, MP2, AAC-LC, Vorbis, Opus and IMA/MS ADPCM are";
+    let supported =
+        "PCM, A-law, mu-law, FLAC, ALAC, MP3, MP2, AAC-LC, Vorbis, Opus and IMA/MS ADPCM are";
     match name {
         Some(name) => media_error(format!("{name} audio is not supported ({supported})")),
         None => media_error(format!(
