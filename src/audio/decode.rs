@@ -4,7 +4,7 @@
 //! WAV). Integer samples scale by `1 / 2^(bits-1)`, as ffmpeg converts
 //! them, so a 16-bit file gives exactly the floats faster-whisper reads.
 
-use std::io::Cursor;
+use std::io::{BufReader, Cursor, Read, SeekFrom};
 use std::path::Path;
 
 use symphonia::core::codecs::audio::well_known::{
@@ -14,7 +14,7 @@ use symphonia::core::codecs::audio::{AudioCodecId, AudioDecoderOptions};
 use symphonia::core::errors::Error as SymphoniaError;
 use symphonia::core::formats::probe::Hint;
 use symphonia::core::formats::{FormatOptions, FormatReader, TrackType};
-use symphonia::core::io::MediaSourceStream;
+use symphonia::core::io::{MediaSource, MediaSourceStream};
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::packet::Packet;
 
@@ -32,17 +32,37 @@ pub struct DecodedAudio {
 }
 
 /// Reads and decodes an audio file (format told by its content, not its
-/// name).
+/// name). The file is read as it decodes, not first into memory.
 ///
 /// # Errors
-/// [`ModelError::Io`] when the file cannot be read; what [`decode_bytes`]
+/// [`ModelError::Io`] when the file cannot be opened; what [`decode_bytes`]
 /// refuses.
 pub fn decode_file(path: &Path) -> Result<DecodedAudio> {
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    decode_bytes(&bytes)
+    decode_path(path, false)
+}
+
+/// [`decode_file`] mixed down to one channel as it decodes (each packet as
+/// [`mix_to_mono`] mixes it, so the samples are the same as mixing the
+/// whole file after): an hour of 48 kHz stereo holds 0.7 GB of samples at
+/// its peak rather than 1.4 GB interleaved and the mix besides.
+///
+/// # Errors
+/// As [`decode_file`].
+pub fn decode_file_mono(path: &Path) -> Result<DecodedAudio> {
+    decode_path(path, true)
+}
+
+fn decode_path(path: &Path, mono: bool) -> Result<DecodedAudio> {
+    let open = || {
+        std::fs::File::open(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    // Opened once here so that a missing file is an I/O error, not a
+    // decoder's.
+    open()?;
+    guarded(|| decode_any(open, mono))
 }
 
 /// Decodes an audio file held in memory.
@@ -51,27 +71,108 @@ pub fn decode_file(path: &Path) -> Result<DecodedAudio> {
 /// [`ModelError::Format`] for a malformed or unsupported file, or one
 /// without an audio track, sample rate or channels.
 pub fn decode_bytes(bytes: &[u8]) -> Result<DecodedAudio> {
+    guarded(|| decode_any(|| Ok(Cursor::new(bytes.to_vec())), false))
+}
+
+/// Runs a decode, its panics turned into errors.
+fn guarded(decode: impl FnOnce() -> Result<DecodedAudio>) -> Result<DecodedAudio> {
     // The decoders are other crates' parsers doing arithmetic on header
     // fields; one that panics (found by `fuzz/run.sh audio`: a WAV chunk's
     // shift overflowing in symphonia-format-riff 0.6.1 under overflow
     // checks) fails this file, not the caller.
-    std::panic::catch_unwind(|| decode_any(bytes)).unwrap_or_else(|_| {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|_| {
         Err(media_error(
             "the audio decoder failed on this file (a malformed header)",
         ))
     })
 }
 
-fn decode_any(bytes: &[u8]) -> Result<DecodedAudio> {
-    if is_riff_wave(bytes) {
-        match decode_wav(bytes) {
+/// A source to decode from the start: each call opens it anew.
+fn decode_any<S: MediaSource + 'static>(
+    open: impl Fn() -> Result<S>,
+    mono: bool,
+) -> Result<DecodedAudio> {
+    let mut src = open()?;
+    let mut head = [0u8; 12];
+    let n = read_up_to(&mut src, &mut head)?;
+    if is_riff_wave(&head[..n]) {
+        src.seek(SeekFrom::Start(0)).map_err(read_error)?;
+        match decode_wav(BufReader::new(src), mono) {
             Ok(audio) => return Ok(audio),
             // hound reads the common PCM layouts; symphonia gets a chance
             // at the rest (64-bit float, other codecs in a WAV).
-            Err(wav_err) => return decode_other(bytes).map_err(|_| wav_err),
+            Err(wav_err) => return decode_other(open()?, mono).map_err(|_| wav_err),
         }
     }
-    decode_other(bytes)
+    decode_other(open()?, mono)
+}
+
+/// Reads until `buf` is full or the source ends; the bytes read.
+fn read_up_to(src: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(read_error(e)),
+        }
+    }
+    Ok(n)
+}
+
+fn read_error(e: std::io::Error) -> ModelError {
+    media_error(format!("reading the file: {e}"))
+}
+
+/// Decoded samples as they arrive, interleaved or mixed down.
+pub(crate) struct Collect {
+    mono: bool,
+    /// The stream's channels, once known.
+    channels: usize,
+    samples: Vec<f32>,
+}
+
+/// Most frames a header may make [`Collect`] reserve (a header can lie).
+const MAX_RESERVE_FRAMES: u64 = 1 << 24;
+
+impl Collect {
+    pub(crate) fn new(mono: bool, channels: usize, frames_hint: Option<u64>) -> Self {
+        let width = if mono { 1 } else { channels.max(1) };
+        let frames = frames_hint.unwrap_or(0).min(MAX_RESERVE_FRAMES) as usize;
+        Collect {
+            mono,
+            channels,
+            samples: Vec::with_capacity(frames * width),
+        }
+    }
+
+    /// Appends whole frames of `channels` samples (the caller keeps them
+    /// whole).
+    pub(crate) fn push(&mut self, interleaved: &[f32]) {
+        if !self.mono || self.channels <= 1 {
+            self.samples.extend_from_slice(interleaved);
+            return;
+        }
+        let scale = 1.0 / self.channels as f32;
+        self.samples.extend(
+            interleaved
+                .chunks_exact(self.channels)
+                .map(|frame| frame.iter().sum::<f32>() * scale),
+        );
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    pub(crate) fn finish(self, sample_rate: u32) -> DecodedAudio {
+        DecodedAudio {
+            sample_rate,
+            channels: if self.mono { 1 } else { self.channels },
+            samples: self.samples,
+        }
+    }
 }
 
 /// Averages the channels of each frame (ffmpeg's default downmix for
@@ -117,18 +218,34 @@ fn wav_error(reason: impl Into<String>) -> ModelError {
     }
 }
 
-fn decode_wav(bytes: &[u8]) -> Result<DecodedAudio> {
-    let mut reader =
-        hound::WavReader::new(Cursor::new(bytes)).map_err(|e| wav_error(e.to_string()))?;
+fn decode_wav(src: impl Read, mono: bool) -> Result<DecodedAudio> {
+    let mut reader = hound::WavReader::new(src).map_err(|e| wav_error(e.to_string()))?;
     let spec = reader.spec();
     if spec.channels == 0 {
         return Err(wav_error("0 channels"));
     }
-    let samples: Vec<f32> = match spec.sample_format {
-        hound::SampleFormat::Float => reader
-            .samples::<f32>()
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| wav_error(e.to_string()))?,
+    let channels = usize::from(spec.channels);
+    let mut out = Collect::new(mono, channels, Some(u64::from(reader.duration())));
+    // Whole frames a block; a truncated data chunk may end mid-frame, and
+    // the partial frame is dropped.
+    let block = 4096 * channels;
+    let mut buf = Vec::with_capacity(block);
+    let mut flush = |buf: &mut Vec<f32>, last: bool| {
+        let whole = buf.len() - buf.len() % channels;
+        if whole == buf.len() || last {
+            out.push(&buf[..whole]);
+            buf.clear();
+        }
+    };
+    match spec.sample_format {
+        hound::SampleFormat::Float => {
+            for s in reader.samples::<f32>() {
+                buf.push(s.map_err(|e| wav_error(e.to_string()))?);
+                if buf.len() == block {
+                    flush(&mut buf, false);
+                }
+            }
+        }
         hound::SampleFormat::Int => {
             if !(1..=32).contains(&spec.bits_per_sample) {
                 return Err(wav_error(format!(
@@ -137,23 +254,17 @@ fn decode_wav(bytes: &[u8]) -> Result<DecodedAudio> {
                 )));
             }
             let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f64;
-            reader
-                .samples::<i32>()
-                .map(|s| s.map(|v| (f64::from(v) * scale) as f32))
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|e| wav_error(e.to_string()))?
+            for s in reader.samples::<i32>() {
+                let v = s.map_err(|e| wav_error(e.to_string()))?;
+                buf.push((f64::from(v) * scale) as f32);
+                if buf.len() == block {
+                    flush(&mut buf, false);
+                }
+            }
         }
-    };
-    let channels = usize::from(spec.channels);
-    // A truncated data chunk may end mid-frame; the partial frame is dropped.
-    let whole = samples.len() - samples.len() % channels;
-    let mut samples = samples;
-    samples.truncate(whole);
-    Ok(DecodedAudio {
-        sample_rate: spec.sample_rate,
-        channels,
-        samples,
-    })
+    }
+    flush(&mut buf, true);
+    Ok(out.finish(spec.sample_rate))
 }
 
 fn media_error(reason: impl Into<String>) -> ModelError {
@@ -164,9 +275,8 @@ fn media_error(reason: impl Into<String>) -> ModelError {
     }
 }
 
-fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
-    let source = Box::new(Cursor::new(bytes.to_vec()));
-    let stream = MediaSourceStream::new(source, Default::default());
+fn decode_other(source: impl MediaSource + 'static, mono: bool) -> Result<DecodedAudio> {
+    let stream = MediaSourceStream::new(Box::new(source), Default::default());
     let mut format = symphonia::default::get_probe()
         .probe(
             &Hint::new(),
@@ -179,6 +289,7 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
         .default_track(TrackType::Audio)
         .ok_or_else(|| media_error("no audio track"))?;
     let track_id = track.id;
+    let frames_hint = track.num_frames;
     let params = track
         .codec_params
         .as_ref()
@@ -186,7 +297,7 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
         .ok_or_else(|| media_error("the audio track has no codec parameters"))?;
     if params.codec == CODEC_ID_OPUS {
         let head = params.extra_data.clone();
-        return super::opus::decode_track(head.as_deref(), || {
+        return super::opus::decode_track(head.as_deref(), mono, || {
             next_packet_of(format.as_mut(), track_id)
         });
     }
@@ -194,7 +305,7 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
         .make_audio_decoder(params, &AudioDecoderOptions::default())
         .map_err(|e| unsupported_codec(params.codec, e))?;
 
-    let mut samples = Vec::new();
+    let mut out: Option<Collect> = None;
     let mut packet_samples: Vec<f32> = Vec::new();
     let mut spec: Option<(u32, usize)> = None;
     while let Some(packet) = next_packet_of(format.as_mut(), track_id)? {
@@ -215,18 +326,17 @@ fn decode_other(bytes: &[u8]) -> Result<DecodedAudio> {
             }
             Some(_) => {}
         }
+        if this.1 == 0 {
+            return Err(media_error("0 channels"));
+        }
         buf.copy_to_vec_interleaved(&mut packet_samples);
-        samples.extend_from_slice(&packet_samples);
+        out.get_or_insert_with(|| Collect::new(mono, this.1, frames_hint))
+            .push(&packet_samples);
     }
-    let (sample_rate, channels) = spec.ok_or_else(|| media_error("no audio decoded"))?;
-    if channels == 0 {
-        return Err(media_error("0 channels"));
+    match (spec, out) {
+        (Some((rate, _)), Some(out)) => Ok(out.finish(rate)),
+        _ => Err(media_error("no audio decoded")),
     }
-    Ok(DecodedAudio {
-        sample_rate,
-        channels,
-        samples,
-    })
 }
 
 /// The next packet of track `track_id` (`None` at the end; a file cut short

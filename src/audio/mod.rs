@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::error::Result;
 use crate::models::speech::SAMPLE_RATE;
 
-pub use decode::{DecodedAudio, decode_bytes, decode_file, mix_to_mono};
+pub use decode::{DecodedAudio, decode_bytes, decode_file, decode_file_mono, mix_to_mono};
 pub use mel::{N_SAMPLES, content_frames, log_mel, window, window_content};
 pub use resample::{MAX_SAMPLE_RATE, resample};
 
@@ -27,9 +27,16 @@ pub use resample::{MAX_SAMPLE_RATE, resample};
 /// of 0 or above [`MAX_SAMPLE_RATE`].
 pub fn prepare(interleaved: &[f32], channels: usize, sample_rate: u32) -> Result<Vec<f32>> {
     resample::validate_rate(sample_rate)?;
-    let mono = mix_to_mono(interleaved, channels)?;
-    mel::validate_samples(&mono)?;
-    resample(&mono, sample_rate, SAMPLE_RATE)
+    // One channel is its own mix: no copy of a long recording.
+    let mixed;
+    let mono = if channels == 1 {
+        interleaved
+    } else {
+        mixed = mix_to_mono(interleaved, channels)?;
+        &mixed
+    };
+    mel::validate_samples(mono)?;
+    resample(mono, sample_rate, SAMPLE_RATE)
 }
 
 /// A file's audio as Whisper's input: decoded, mixed down to mono and
@@ -40,6 +47,6 @@ pub fn prepare(interleaved: &[f32], channels: usize, sample_rate: u32) -> Result
 /// [`crate::ModelError::Format`] when it is not audio this build decodes,
 /// and what [`prepare`] refuses.
 pub fn load_audio(path: &Path) -> Result<Vec<f32>> {
-    let audio = decode_file(path)?;
+    let audio = decode_file_mono(path)?;
     prepare(&audio.samples, audio.channels, audio.sample_rate)
 }

@@ -9,7 +9,7 @@
 use opus_decoder::OpusDecoder;
 use symphonia::core::packet::Packet;
 
-use super::decode::DecodedAudio;
+use super::decode::{Collect, DecodedAudio};
 use crate::error::{ModelError, Result};
 
 /// Opus always decodes at 48 kHz here (the rate its timestamps count in).
@@ -271,21 +271,24 @@ fn undelimit(data: &[u8]) -> Option<(Vec<u8>, usize)> {
     Some((out, end))
 }
 
-/// Decodes an Opus track: `head` is its `OpusHead`, `next` hands on the
-/// track's packets in order (`None` at the end).
+/// Decodes an Opus track (mixed down to one channel where `mono`): `head`
+/// is its `OpusHead`, `next` hands on the track's packets in order (`None`
+/// at the end).
 ///
 /// # Errors
 /// [`ModelError::Format`] (format `"Opus"`) for a missing or malformed
 /// header, or a track that decodes to nothing; what `next` returns.
 pub(crate) fn decode_track(
     head: Option<&[u8]>,
+    mono: bool,
     mut next: impl FnMut() -> Result<Option<Packet>>,
 ) -> Result<DecodedAudio> {
     let head = parse_head(head.unwrap_or_default())?;
     let mut decoder = Decoder::new(&head)?;
     let channels = head.channels;
     let mut pcm = vec![0.0f32; MAX_PACKET_FRAMES * channels];
-    let mut samples = Vec::new();
+    let mut out = Collect::new(mono, channels, None);
+    let gain = 10f32.powf(f32::from(head.gain_q8) / (20.0 * 256.0));
     // Ogg's demuxer marks the pre-skip on the first packets itself; where a
     // container leaves it unmarked (Matroska), the header's count applies.
     let mut marked_start = false;
@@ -311,22 +314,17 @@ pub(crate) fn decode_track(
         };
         let end = frames.saturating_sub(packet.trim_end.get()).max(start);
         let (a, b) = (start as usize * channels, end as usize * channels);
-        samples.extend_from_slice(&pcm[a..b]);
+        if head.gain_q8 != 0 {
+            for v in &mut pcm[a..b] {
+                *v *= gain;
+            }
+        }
+        out.push(&pcm[a..b]);
     }
-    if samples.is_empty() {
+    if out.is_empty() {
         return Err(opus_error("no audio decoded"));
     }
-    if head.gain_q8 != 0 {
-        let gain = 10f32.powf(f32::from(head.gain_q8) / (20.0 * 256.0));
-        for s in &mut samples {
-            *s *= gain;
-        }
-    }
-    Ok(DecodedAudio {
-        sample_rate: RATE,
-        channels,
-        samples,
-    })
+    Ok(out.finish(RATE))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! faster-whisper's PyAV and openai-whisper's ffmpeg run) does; see
 //! [`FFT_CHUNK`] for the one setting.
 
-use rubato::audioadapter_buffers::direct::SequentialSliceOfVecs;
+use rubato::audioadapter_buffers::direct::{SequentialSlice, SequentialSliceOfVecs};
 use rubato::{Fft, FixedSync, Resampler};
 
 use crate::error::{ModelError, Result};
@@ -98,8 +98,7 @@ pub fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>> {
         FixedSync::Input,
     )
     .map_err(|e| ModelError::Internal(format!("resampler {from} -> {to} Hz: {e}")))?;
-    let input = [samples.to_vec()];
-    let input = SequentialSliceOfVecs::new(&input, 1, samples.len())
+    let input = SequentialSlice::new(samples, 1, samples.len())
         .map_err(|e| ModelError::Internal(format!("resampler input: {e}")))?;
     let out_len = resampler.process_all_needed_output_len(samples.len());
     let mut output = [vec![0.0f32; out_len]];
