@@ -11,7 +11,9 @@
 //! llama.cpp's mtmd (stb_image) does too: grey is replicated into R, G and B,
 //! alpha (an alpha channel or a PNG `tRNS` colour) is dropped, not blended,
 //! and 16-bit samples keep their high byte (a GIF's transparent palette
-//! entry keeps its colour, as in PIL). Two known differences from
+//! entry keeps its colour, as in PIL; where a GIF's first frame covers
+//! less than its screen, the rest is black as in stb_image, where PIL fills
+//! it with palette entry 0). Two known differences from
 //! transformers: transformers 5's `convert_to_rgb` blends transparent
 //! pixels onto white (4.x dropped alpha as here), and PIL clamps 16-bit
 //! greyscale (`I;16`) values to 255 rather than taking the high byte, which
