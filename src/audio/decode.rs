@@ -154,12 +154,8 @@ impl Collect {
             self.samples.extend_from_slice(interleaved);
             return;
         }
-        let scale = 1.0 / self.channels as f32;
-        self.samples.extend(
-            interleaved
-                .chunks_exact(self.channels)
-                .map(|frame| frame.iter().sum::<f32>() * scale),
-        );
+        self.samples
+            .extend(mixed_frames(interleaved, self.channels));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -197,11 +193,17 @@ pub fn mix_to_mono(interleaved: &[f32], channels: usize) -> Result<Vec<f32>> {
     if channels == 1 {
         return Ok(interleaved.to_vec());
     }
+    Ok(mixed_frames(interleaved, channels).collect())
+}
+
+/// The mean of each frame's `channels` samples: the one mixdown both
+/// [`mix_to_mono`] and the decoders' per-packet mixing use, so the two
+/// give the same floats.
+fn mixed_frames(interleaved: &[f32], channels: usize) -> impl Iterator<Item = f32> + '_ {
     let scale = 1.0 / channels as f32;
-    Ok(interleaved
+    interleaved
         .chunks_exact(channels)
-        .map(|frame| frame.iter().sum::<f32>() * scale)
-        .collect())
+        .map(move |frame| frame.iter().sum::<f32>() * scale)
 }
 
 fn is_riff_wave(bytes: &[u8]) -> bool {
