@@ -11,14 +11,6 @@
 // current step's products, which the matrix units work through meanwhile;
 // Q4_0 weights, held raw until staged, go out before the products (after
 // the step's second barrier).
-// With PW producer subgroups (PW > 0, WK = 1), the work splits by subgroup:
-// the compute subgroups only multiply, out of one of two shared stages,
-// while the producers load, dequantize and stage the next step into the
-// other, one barrier per step. A subgroup that waits for its global loads
-// then holds up no products (on the H200 the single-stage tile's loads,
-// though issued ahead of its products, did not overlap them). With PD = 2
-// they send each step's loads two steps before staging it (two register
-// sets), for loads slower than one step's products.
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
@@ -35,7 +27,7 @@
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
 
-layout(local_size_x_id = 0) in;                   // 32 * (WM * WN * WK + PW)
+layout(local_size_x_id = 0) in;                   // 32 * WM * WN * WK
 layout(constant_id = 1) const uint SUBGROUP = 32; // the size the tiling assumes
 layout(constant_id = 2) const uint WM = 2;        // subgroups along rows
 layout(constant_id = 3) const uint WN = 2;        // subgroups along tokens
@@ -44,24 +36,17 @@ layout(constant_id = 5) const uint TM = 2;        // 16-row matrices per subgrou
 layout(constant_id = 6) const uint TN = 2;        // 16-token matrices per subgroup
 layout(constant_id = 7) const uint BK = 64;       // columns per subgroup and step (multiple of 32)
 layout(constant_id = 8) const uint SC = 1024;     // floats of the result staging area
-layout(constant_id = 9) const uint PW = 0;        // producer subgroups (0: every subgroup loads)
-layout(constant_id = 10) const uint PD = 1;       // steps producers load ahead of the one they stage (1 or 2)
 
 const uint BM = WM * TM * 16u;
 const uint BN = WN * TN * 16u;
 const uint KSTEP = WK * BK;
 const uint SA = KSTEP + 8u;   // f16 row stride of the tiles (bank spread)
 const uint SA4 = SA / 4u;     // the same in f16vec4s: the tiles are stored 8 bytes at a time
-const uint NSG = WM * WN * WK;   // subgroups that multiply
+const uint NSG = WM * WN * WK;
 const uint WGS = NSG * 32u;
-// Invocations that load a step, and the shared stages they fill.
-const uint LWGS = PW > 0u ? PW * 32u : WGS;
-const uint STAGES = PW > 0u ? 2u : 1u;
-// Register sets of loaded steps: a producer two steps ahead holds two.
-const uint PSETS = PW > 0u && PD == 2u ? 2u : 1u;
-// Per loading invocation and step: weight sub-blocks and vec4s of activations.
-const uint A_SUBS = (BM * KSTEP / 32u + LWGS - 1u) / LWGS;
-const uint X_VECS = (BN * KSTEP / 4u + LWGS - 1u) / LWGS;
+// Per invocation and step: weight sub-blocks and vec4s of activations.
+const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
+const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 #if defined(X_F16)
@@ -91,29 +76,27 @@ layout(binding = 6) buffer DH { float16_t data_dh[]; };
 // f16vec4 elements, so that staging a step is one 8-byte store per four
 // values rather than four 2-byte ones; coopMatLoad takes offsets and
 // strides in elements of the array (KSTEP and the padding are multiples of 4).
-shared f16vec4 sa[STAGES * BM * SA4];
-shared f16vec4 sx[STAGES * BN * SA4];
+shared f16vec4 sa[BM * SA4];
+shared f16vec4 sx[BN * SA4];
 shared float sc[SC];
 
 // This invocation's share of one step, loaded ahead of the products.
-// A producer loading two steps ahead keeps step t in set t % 2; every
-// index into the sets is a constant once the pipelined loop is unrolled.
-f16vec4 wreg[PSETS][A_SUBS][8];
-f16vec4 xreg[PSETS][X_VECS];
+f16vec4 wreg[A_SUBS][8];
+f16vec4 xreg[X_VECS];
 #if defined(DATA_A_Q4_0)
 // Q4_0 sub-blocks are held raw (quants, scale: 5 registers, not 16) from
 // their load to the staging, which dequantizes; so the next step's loads go
 // out before the products and arrive while the matrix units work.
 #define RAW_W 1
-uvec4 wq[PSETS][A_SUBS];
-float wd[PSETS][A_SUBS];
+uvec4 wq[A_SUBS];
+float wd[A_SUBS];
 #endif
 
-void load_step(uint step, uint tid, uint row0, uint tok0, uint set) {
+void load_step(uint step, uint tid, uint row0, uint tok0) {
     const uint subs = p.k / 32u;
     const uint spr = KSTEP / 32u;   // sub-blocks per tile row and step
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint q = tid + i * LWGS;
+        const uint q = tid + i * WGS;
         const uint r = q / spr;
         const uint s = step * spr + q % spr;
 #if defined(RAW_W)
@@ -126,8 +109,8 @@ void load_step(uint step, uint tid, uint row0, uint tok0, uint set) {
                 qw = uvec4(data_a[p0], data_a[p0 + 1u], data_a[p0 + 2u], data_a[p0 + 3u]);
                 d = a_scale(p.nb, ib, 0u);
             }
-            wq[set][i] = qw;
-            wd[set][i] = d;
+            wq[i] = qw;
+            wd[i] = d;
             continue;
         }
 #endif
@@ -140,12 +123,12 @@ void load_step(uint step, uint tid, uint row0, uint tok0, uint set) {
             }
         }
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
-            wreg[set][i][j] = f16vec4(w[j]);
+            wreg[i][j] = f16vec4(w[j]);
         }
     }
     const uint vpr = KSTEP / 4u;    // vec4s per token row and step
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
-        const uint v = tid + i * LWGS;
+        const uint v = tid + i * WGS;
         const uint t = v / vpr;
         const uint c = step * KSTEP + 4u * (v % vpr);
 #if defined(X_F16)
@@ -153,94 +136,44 @@ void load_step(uint step, uint tid, uint row0, uint tok0, uint set) {
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
-        xreg[set][i] = x;
+        xreg[i] = x;
 #else
         vec4 x = vec4(0.0);
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
-        xreg[set][i] = f16vec4(x);
+        xreg[i] = f16vec4(x);
 #endif
     }
 }
 
-void store_step(uint tid, uint stage, uint set) {
+void store_step(uint tid) {
     const uint spr = KSTEP / 32u;
-    const uint a0 = stage * BM * SA4;
-    const uint x0 = stage * BN * SA4;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint q = tid + i * LWGS;
+        const uint q = tid + i * WGS;
         if (q < BM * spr) {
-            const uint base = a0 + (q / spr) * SA4 + (q % spr) * 8u;
+            const uint base = (q / spr) * SA4 + (q % spr) * 8u;
 #if defined(RAW_W)
             {
-                const float d = wd[set][i], m = -8.0 * d;
+                const float d = wd[i], m = -8.0 * d;
                 [[unroll]] for (uint k = 0u; k < 4u; k++) {
-                    sa[base + k] = f16vec4(nib4(wq[set][i][k], 0u) * d + m);
-                    sa[base + k + 4u] = f16vec4(nib4(wq[set][i][k], 4u) * d + m);
+                    sa[base + k] = f16vec4(nib4(wq[i][k], 0u) * d + m);
+                    sa[base + k + 4u] = f16vec4(nib4(wq[i][k], 4u) * d + m);
                 }
                 continue;
             }
 #endif
             [[unroll]] for (uint j = 0u; j < 8u; j++) {
-                sa[base + j] = wreg[set][i][j];
+                sa[base + j] = wreg[i][j];
             }
         }
     }
     const uint vpr = KSTEP / 4u;
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
-        const uint v = tid + i * LWGS;
+        const uint v = tid + i * WGS;
         if (v < BN * vpr) {
-            sx[x0 + (v / vpr) * SA4 + v % vpr] = xreg[set][i];
+            sx[(v / vpr) * SA4 + v % vpr] = xreg[i];
         }
-    }
-}
-
-// One step's products, out of shared stage `stage`, into acc.
-void multiply(uint stage, uint sg_row, uint sg_tok, uint sg_col,
-              inout coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN]) {
-    const uint a0 = stage * BM;
-    const uint x0 = stage * BN;
-    [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
-        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
-        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
-        [[unroll]] for (uint i = 0u; i < TM; i++) {
-            // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
-            coopMatLoad(ma[i], sa, ((a0 + sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
-                        gl_CooperativeMatrixLayoutRowMajor);
-        }
-        [[unroll]] for (uint j = 0u; j < TN; j++) {
-            // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
-            coopMatLoad(mb[j], sx, ((x0 + sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
-                        gl_CooperativeMatrixLayoutColumnMajor);
-        }
-        [[unroll]] for (uint i = 0u; i < TM; i++) {
-            [[unroll]] for (uint j = 0u; j < TN; j++) {
-                acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
-            }
-        }
-    }
-}
-
-// Step `step` (of parity `parity`, a constant at each call) with producer
-// subgroups: the compute subgroups multiply stage `parity`; the producers
-// stage step + 1 into the other stage (the barrier says the compute
-// subgroups are done with it) from the registers it was loaded into, then
-// load step + 1 + PD into the set just emptied.
-void pipelined_step(uint step, uint parity, uint steps, bool producer, uint ltid,
-                    uint row0, uint tok0, uint sg_row, uint sg_tok, uint sg_col,
-                    inout coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN]) {
-    barrier();
-    if (producer) {
-        const uint set = PSETS == 2u ? (parity ^ 1u) : 0u;   // step + 1's
-        if (step + 1u < steps) {
-            store_step(ltid, parity ^ 1u, set);
-            if (step + 1u + PD < steps) {
-                load_step(step + 1u + PD, ltid, row0, tok0, set);
-            }
-        }
-    } else {
-        multiply(parity, sg_row, sg_tok, sg_col, acc);
     }
 }
 
@@ -265,81 +198,66 @@ void main() {
     }
 
     const uint steps = (p.k + KSTEP - 1u) / KSTEP;
-    // Producers are the subgroups past the NSG that multiply.
-    const bool producer = PW > 0u && sg >= NSG;
-    if (PW == 0u) {
-        load_step(0u, tid, row0, tok0, 0u);
-        for (uint step = 0u; step < steps; step++) {
-            barrier();
-            store_step(tid, 0u, 0u);
-            barrier();
+    load_step(0u, tid, row0, tok0);
+    for (uint step = 0u; step < steps; step++) {
+        barrier();
+        store_step(tid);
+        barrier();
 #if defined(RAW_W)
-            // Raw weights and activations wait in registers until the next
-            // staging: load them now, ahead of the products. After the
-            // barrier, not before it: 3% faster on the H200 (gate/up of the 8B
-            // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
-            // would stall here on their loads instead: measured slower, see
-            // docs/perf-notes.md.)
-            if (step + 1u < steps) {
-                load_step(step + 1u, tid, row0, tok0, 0u);
-            }
+        // Raw weights and activations wait in registers until the next
+        // staging: load them now, ahead of the products. After the
+        // barrier, not before it: 3% faster on the H200 (gate/up of the 8B
+        // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
+        // would stall here on their loads instead: measured slower, see
+        // docs/perf-notes.md.)
+        if (step + 1u < steps) {
+            load_step(step + 1u, tid, row0, tok0);
+        }
 #endif
-            multiply(0u, sg_row, sg_tok, sg_col, acc);
+        [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                // A(m, k) = half k of sa[row * SA4 + k / 4]: row-major
+                coopMatLoad(ma[i], sa, ((sg_row + 16u * i) * SA + sg_col + c) / 4u, SA4,
+                            gl_CooperativeMatrixLayoutRowMajor);
+            }
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                // B(k, n) = half k of sx[token * SA4 + k / 4]: column-major
+                coopMatLoad(mb[j], sx, ((sg_tok + 16u * j) * SA + sg_col + c) / 4u, SA4,
+                            gl_CooperativeMatrixLayoutColumnMajor);
+            }
+            [[unroll]] for (uint i = 0u; i < TM; i++) {
+                [[unroll]] for (uint j = 0u; j < TN; j++) {
+                    acc[i][j] = coopMatMulAdd(ma[i], mb[j], acc[i][j]);
+                }
+            }
+        }
 #if !defined(RAW_W)
-            if (step + 1u < steps) {
-                load_step(step + 1u, tid, row0, tok0, 0u);
-            }
+        if (step + 1u < steps) {
+            load_step(step + 1u, tid, row0, tok0);
+        }
 #endif
-        }
-    } else {
-        const uint ltid = tid - WGS;
-        if (producer) {
-            // Step 0 staged, steps 1 .. PD loaded (step t into set t % PSETS).
-            load_step(0u, ltid, row0, tok0, 0u);
-            store_step(ltid, 0u, 0u);
-            if (1u < steps) {
-                load_step(1u, ltid, row0, tok0, PSETS == 2u ? 1u : 0u);
-            }
-            if (PD == 2u && 2u < steps) {
-                load_step(2u, ltid, row0, tok0, 0u);
-            }
-        }
-        // Two steps per iteration, so that stages and sets are constants.
-        for (uint step = 0u; step < steps; step += 2u) {
-            pipelined_step(step, 0u, steps, producer, ltid, row0, tok0, sg_row, sg_tok, sg_col, acc);
-            if (step + 1u < steps) {
-                pipelined_step(step + 1u, 1u, steps, producer, ltid, row0, tok0, sg_row, sg_tok,
-                               sg_col, acc);
-            }
-        }
     }
 
     if (WK == 1u) {
         // Each subgroup stages one 16 x 16 result at a time in its own area:
         // sc[base + token * 16 + row], consecutive lanes on consecutive rows.
-        // Producers own no result but pass the same subgroup barriers
-        // rather than exit: lavapipe (Mesa 26, cooperative matrices forced
-        // to 8 x 8) garbled the results when they had exited, as if its
-        // subgroup barriers waited on the whole workgroup.
         const uint base = sg * 256u;
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             [[unroll]] for (uint j = 0u; j < TN; j++) {
-                if (!producer) {
-                    coopMatStore(acc[i][j], sc, base, 16, gl_CooperativeMatrixLayoutColumnMajor);
-                }
+                coopMatStore(acc[i][j], sc, base, 16, gl_CooperativeMatrixLayoutColumnMajor);
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();
-                if (!producer) {
-                    [[unroll]] for (uint e = lane; e < 256u; e += SUBGROUP) {
-                        const uint r = sg_row + 16u * i + e % 16u;
-                        const uint t = sg_tok + 16u * j + e / 16u;
-                        const uint row = row0 + r;
-                        // rows r and r ^ 1 of a token are elements e and e ^ 1
-                        const float v = sc[base + e];
-                        const float partner = sc[base + (e ^ 1u)];
-                        if (row < p.m && tok0 + t < p.n) {
-                            store_out(row, tok0 + t, v, partner);
-                        }
+                [[unroll]] for (uint e = lane; e < 256u; e += SUBGROUP) {
+                    const uint r = sg_row + 16u * i + e % 16u;
+                    const uint t = sg_tok + 16u * j + e / 16u;
+                    const uint row = row0 + r;
+                    // rows r and r ^ 1 of a token are elements e and e ^ 1
+                    const float v = sc[base + e];
+                    const float partner = sc[base + (e ^ 1u)];
+                    if (row < p.m && tok0 + t < p.n) {
+                        store_out(row, tok0 + t, v, partner);
                     }
                 }
                 subgroupBarrier();

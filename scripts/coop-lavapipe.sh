@@ -12,8 +12,8 @@
 # 16x16 matrices and 32-lane subgroups to 8x8 and 8 (every pattern it
 # rewrites must be found, or it stops), (3) builds tests/ops_gpu.rs there
 # and runs the filtered tests in the chroot, the skinny and workgroup-scope
-# tiles left out (their kernels are not scaled). Tile logic, stages,
-# producers and epilogues run as on a GPU; the 16x16 code generation of a
+# tiles left out (their kernels are not scaled). Tile logic, staging and
+# epilogues run as on a GPU; the 16x16 code generation of a
 # real driver does not. Not part of the default test run (~10 min the
 # first time).
 set -euo pipefail
@@ -49,7 +49,7 @@ def scale(path, pairs):
 
 scale("glsl/matmul_coop.comp", [
     ("TM * 16u", "TM * 8u"), ("TN * 16u", "TN * 8u"),
-    ("NSG * 32u", "NSG * 8u"), ("PW * 32u", "PW * 8u"),
+    ("NSG * 32u", "NSG * 8u"),
     ("16, 16,", "8, 8,"), ("c += 16u", "c += 8u"),
     ("16u * i", "8u * i"), ("16u * j", "8u * j"),
     ("sg * 256u", "sg * 64u"), ("e < 256u", "e < 64u"),
@@ -58,8 +58,7 @@ scale("glsl/matmul_coop.comp", [
 scale("src/ops/linear/coop.rs", [
     ("(self.wm * self.tm * 16) as usize", "(self.wm * self.tm * 8) as usize"),
     ("(self.wn * self.tn * 16) as usize", "(self.wn * self.tn * 8) as usize"),
-    ("32 * (self.wm * self.wn * self.wk + self.producers)",
-     "8 * (self.wm * self.wn * self.wk + self.producers)"),
+    ("32 * self.wm * self.wn * self.wk", "8 * self.wm * self.wn * self.wk"),
     ("            256 * self.wm * self.wn\n", "            64 * self.wm * self.wn\n"),
     ("                self.invocations(),\n                32,\n                self.wm,\n                self.wn,",
      "                self.invocations(),\n                8,\n                self.wm,\n                self.wn,"),

@@ -182,8 +182,6 @@ fn coop_tiles_match_ref() {
         CoopTile::TALL,
         CoopTile::WIDE,
         CoopTile::MID8,
-        BIG_PRODUCERS,
-        MID_PRODUCERS,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -194,8 +192,6 @@ fn coop_tiles_match_ref() {
             bk: 64,
             skinny: false,
             nv2: false,
-            producers: 0,
-            ahead: 1,
         },
         CoopTile {
             wm: 2,
@@ -206,8 +202,6 @@ fn coop_tiles_match_ref() {
             bk: 32,
             skinny: false,
             nv2: false,
-            producers: 0,
-            ahead: 1,
         },
         // independent subgroups: 16 rows, K split eight ways
         CoopTile::STREAM,
@@ -323,79 +317,6 @@ fn devices_with_subgroups_below_four_are_refused() {
             "{e}"
         );
     }
-}
-
-/// Producer subgroups (`COMBS_COOP_PRODUCERS`), on an H200's limits: the
-/// unsplit prompt tiles take them, at 32 columns a step where two stages
-/// of 64 would not fit 48 KB; the skinny tiles and those that split K keep
-/// none, and a device that asks for none gets the tiles of before.
-#[test]
-fn coop_producers_go_only_to_unsplit_tiles_that_fit() {
-    let mut h200 = h200_caps();
-    h200.coop_producers = (0, 1);
-    let plain = |caps: &combs::gpu::DeviceCaps, rows, cols, n| {
-        CoopTile::choose_on(caps, rows, cols, n, CoopInput::F16, false)
-    };
-    let before: Vec<CoopTile> = [(4096, 4096, 512), (3072, 2048, 512), (16384, 2048, 64)]
-        .iter()
-        .map(|&(r, c, n)| plain(&h200, r, c, n))
-        .collect();
-    assert_eq!(before[0], CoopTile::BIG);
-    for p in [1, 2, 4] {
-        h200.coop_producers = (p, 1 + p % 2);
-        // 128 × 128: two stages of 64 columns (73 KB) do not fit, of 32 do
-        // (exactly 48 KB with the result staging area).
-        let big = plain(&h200, 4096, 4096, 512);
-        assert_eq!(
-            big,
-            CoopTile {
-                bk: 32,
-                producers: p,
-                ahead: 1 + p % 2,
-                ..CoopTile::BIG
-            }
-        );
-        assert_eq!(big.shared_bytes(), 49152);
-        assert_eq!(big.invocations(), 32 * (8 + p));
-        // 64 × 64 keeps its 64 columns: two stages take 40 KB.
-        let mid = plain(&h200, 3072, 2048, 512);
-        assert_eq!(
-            mid,
-            CoopTile {
-                producers: p,
-                ahead: 1 + p % 2,
-                ..before[1]
-            }
-        );
-        assert!(mid.fits_on(&h200));
-        // MID8 at 64 sequences, likewise.
-        assert_eq!(plain(&h200, 16384, 2048, 64).producers, p);
-        // Skinny and K-split tiles: untouched.
-        for n in [4, 16, 32, 96] {
-            for input in [CoopInput::F16, CoopInput::NormedBySquares] {
-                let t = CoopTile::choose_on(&h200, 3072, 2048, n, input, false);
-                assert!(t.skinny || t.wk > 1 || n > 32, "{n} tokens: {t:?}");
-                if t.skinny || t.wk > 1 {
-                    assert_eq!(t.producers, 0, "{n} tokens: {t:?}");
-                }
-            }
-        }
-        assert_eq!(CoopTile::SKINNY.with_producers(&h200), CoopTile::SKINNY);
-        assert_eq!(CoopTile::STREAM.with_producers(&h200), CoopTile::STREAM);
-    }
-    // Where nothing fits with producers, the tile stays as it was.
-    let mut small = h200.clone();
-    small.max_shared_memory = 32768;
-    small.coop_producers = (4, 1);
-    assert_eq!(
-        CoopTile {
-            bk: 32,
-            ..CoopTile::BIG
-        }
-        .with_producers(&small)
-        .producers,
-        0
-    );
 }
 
 const ALL_TYPES: [QuantType; 13] = QuantType::ALL;
@@ -525,27 +446,6 @@ fn nv2_tiles_match_ref() {
 
 /// Skinny layouts besides `CoopTile::STREAM`: 2 × 32 rows with K split two
 /// ways in 128-column chunks, and four 16-row tiles per subgroup.
-/// 128 × 128 at 32 columns a step with four producer subgroups (two
-/// shared stages) loading two steps ahead.
-const BIG_PRODUCERS: CoopTile = CoopTile {
-    bk: 32,
-    producers: 4,
-    ahead: 2,
-    ..CoopTile::BIG
-};
-/// 64 × 64 at 64 columns with two producers: loading invocations fewer
-/// than the compute ones, several sub-blocks each, two steps ahead.
-const MID_PRODUCERS: CoopTile = CoopTile {
-    producers: 2,
-    ahead: 2,
-    ..CoopTile::MID
-};
-/// 128 × 64 at 32 columns with one producer subgroup.
-const WIDE_PRODUCERS: CoopTile = CoopTile {
-    bk: 32,
-    producers: 1,
-    ..CoopTile::WIDE
-};
 const SKINNY_2X32_ROWS: CoopTile = CoopTile {
     wm: 2,
     wk: 2,
@@ -793,8 +693,6 @@ fn coop_epilogue_matches_ref() {
         CoopTile::TALL,
         CoopTile::WIDE,
         CoopTile::MID8,
-        BIG_PRODUCERS,
-        MID_PRODUCERS,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -805,8 +703,6 @@ fn coop_epilogue_matches_ref() {
             bk: 64,
             skinny: false,
             nv2: false,
-            producers: 0,
-            ahead: 1,
         },
         SKINNY_4_TILES,
         SKINNY_TOKEN_BLOCKS[1],
@@ -2637,8 +2533,6 @@ fn coop_f16_activations_match_ref() {
         CoopTile::TALL,
         CoopTile::WIDE,
         CoopTile::MID8,
-        BIG_PRODUCERS,
-        WIDE_PRODUCERS,
         CoopTile::STREAM,
         // ten K-subgroups: not a power of two
         CoopTile {

@@ -86,12 +86,6 @@ pub struct DeviceCaps {
     /// `COMBS_COOPMAT2=1` is in the environment (the kernel is not yet
     /// faster than `matmul_coop.comp` on the devices measured).
     pub coop_mat2: Option<super::coopmat2::CoopMat2>,
-    /// Producer subgroups the unsplit tiles of `glsl/matmul_coop.comp`
-    /// take, and how many steps ahead they load (`COMBS_COOP_PRODUCERS=N`
-    /// or `NaM`: N 1-8, M 1-2, 1 if not given; (0, 1) without it): the
-    /// compute subgroups then only multiply while the producers stage the
-    /// next step. Not measured faster yet, hence not the default.
-    pub coop_producers: (u32, u32),
     /// Nanoseconds per timestamp tick; `None` where the compute queue has no timestamps.
     pub timestamp_period_ns: Option<f32>,
     /// Bytes of device-local memory in the largest device-local heap.

@@ -293,7 +293,6 @@ fn read_caps(
         shader_int8: f12.shader_int8 == vk::TRUE,
         int_dot: api_version >= vk::API_VERSION_1_3 && f13.shader_integer_dot_product == vk::TRUE,
         int_dot_accelerated,
-        coop_producers: coop_producers(!coop_mat_f16.is_empty()),
         coop_mat_f16,
         coop_mat2,
         timestamp_period_ns,
@@ -302,27 +301,6 @@ fn read_caps(
         pipeline_stats: false,
     };
     (caps, exts)
-}
-
-/// Producer subgroups for the unsplit cooperative tiles and the steps they
-/// load ahead, where the device has cooperative matrices and
-/// `COMBS_COOP_PRODUCERS` asks for them (`N` or `NaM`, N 1-8, M 1-2);
-/// anything else: none.
-fn coop_producers(coop: bool) -> (u32, u32) {
-    std::env::var("COMBS_COOP_PRODUCERS")
-        .ok()
-        .filter(|_| coop)
-        .and_then(|v| parse_producers(&v))
-        .unwrap_or((0, 1))
-}
-
-/// `N` or `NaM` as [`coop_producers`] reads it.
-fn parse_producers(v: &str) -> Option<(u32, u32)> {
-    let (n, ahead) = match v.split_once('a') {
-        Some((n, a)) => (n.parse().ok()?, a.parse().ok()?),
-        None => (v.parse().ok()?, 1),
-    };
-    ((1..=8).contains(&n) && (1..=2).contains(&ahead)).then_some((n, ahead))
 }
 
 /// Lists every Vulkan device, usable or not, in the order indices refer to them.
@@ -790,21 +768,6 @@ impl Drop for GpuContext {
             ManuallyDrop::drop(&mut self.allocator);
             self.device.destroy_device(None);
             self.instance.destroy_instance(None);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_producers;
-
-    #[test]
-    fn producers_setting_reads_count_and_steps_ahead() {
-        assert_eq!(parse_producers("4"), Some((4, 1)));
-        assert_eq!(parse_producers("2a2"), Some((2, 2)));
-        assert_eq!(parse_producers("8a1"), Some((8, 1)));
-        for bad in ["0", "9", "4a3", "4a0", "a2", "4a", "", "x", "-1"] {
-            assert_eq!(parse_producers(bad), None, "{bad}");
         }
     }
 }

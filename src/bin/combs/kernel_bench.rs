@@ -197,18 +197,8 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
     let bad = || {
         ModelError::invalid(
             "--coop-tiles",
-            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n|pN[aM]]"),
+            format!("`{s}` is not WMxWNxWKxTMxTNxBK[s|n]"),
         )
-    };
-    // `pN`: N producer subgroups (matmul_coop's two-stage tile), `aM`
-    // loading M steps ahead.
-    let (s, ahead) = match s.rsplit_once('a') {
-        Some((d, m)) => (d, m.parse().map_err(|_| bad())?),
-        None => (s, 1),
-    };
-    let (s, producers) = match s.rsplit_once('p') {
-        Some((d, n)) => (d, n.parse().map_err(|_| bad())?),
-        None => (s, 0),
     };
     // `s`: the skinny kernel; `n`: workgroup-scope matrices (matmul_cm2).
     let (dims, skinny, nv2) = if let Some(d) = s.strip_suffix('s') {
@@ -233,8 +223,6 @@ fn parse_tile(s: &str) -> Result<Option<CoopTile>, CliError> {
             bk,
             skinny,
             nv2,
-            producers,
-            ahead,
         })),
         _ => Err(bad().into()),
     }
@@ -889,7 +877,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     }
                     let label = match (variant, tile) {
                         (LinearVariant::Coop, _) => format!(
-                            "co{}x{}x{}x{}x{}x{}{}{}{}{} n={n}",
+                            "co{}x{}x{}x{}x{}x{}{}{}{} n={n}",
                             c.wm,
                             c.wn,
                             c.wk,
@@ -902,11 +890,6 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                                 "n"
                             } else {
                                 ""
-                            },
-                            if c.producers > 0 {
-                                format!("p{}a{}", c.producers, c.ahead)
-                            } else {
-                                String::new()
                             },
                             if half { "h" } else { "" },
                             if tile.is_none() { "*" } else { "" }

@@ -53,14 +53,6 @@ pub struct CoopTile {
     /// the driver spreads the `bm × bn` tile over the `32·wm·wn·wk`
     /// invocations (`tm`, `tn` only size the tile); `bk` columns per step.
     pub nv2: bool,
-    /// Producer subgroups of `matmul_coop.comp` (0: none): with them the
-    /// `wm × wn` subgroups only multiply, out of one of two shared stages,
-    /// while the producers load and stage the next step into the other
-    /// (`wk` is then 1).
-    pub producers: u32,
-    /// Steps the producers load ahead of the one they stage: 1, or 2 (two
-    /// register sets) for loads slower than a step's products.
-    pub ahead: u32,
 }
 
 impl CoopTile {
@@ -74,8 +66,6 @@ impl CoopTile {
         bk: 64,
         skinny: false,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
     /// 32 rows × 16 tokens, K split two ways: wide matrices at a few tokens,
     /// small ones at many.
@@ -88,8 +78,6 @@ impl CoopTile {
         bk: 64,
         skinny: false,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
     /// 16 rows × 16 tokens per subgroup, eight subgroups along K, streamed
     /// by each subgroup on its own (`matmul_skinny.comp`): batched decode.
@@ -102,8 +90,6 @@ impl CoopTile {
         bk: 64,
         skinny: true,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
     /// 64 × 64 with four subgroups.
     pub const MID: CoopTile = CoopTile {
@@ -115,8 +101,6 @@ impl CoopTile {
         bk: 64,
         skinny: false,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
     /// 128 × 128 with eight subgroups of 32 rows × 64 tokens each: encoders
     /// and long prompts of narrow weights.
@@ -129,8 +113,6 @@ impl CoopTile {
         bk: 64,
         skinny: false,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
     /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
     pub const BIG: CoopTile = CoopTile {
@@ -142,8 +124,6 @@ impl CoopTile {
         bk: 64,
         skinny: false,
         nv2: false,
-        producers: 0,
-        ahead: 1,
     };
 
     /// 128 × 128 on workgroup-scope matrices, 256 invocations, 32 columns
@@ -157,8 +137,6 @@ impl CoopTile {
         bk: 32,
         skinny: false,
         nv2: true,
-        producers: 0,
-        ahead: 1,
     };
 
     /// 128 rows × 64 tokens with eight subgroups of 32 × 32: weights of
@@ -221,13 +199,7 @@ impl CoopTile {
 
     /// Invocations per workgroup.
     pub fn invocations(&self) -> u32 {
-        32 * (self.wm * self.wn * self.wk + self.producers)
-    }
-
-    /// Copies of the shared tiles: two where producers fill one while the
-    /// others multiply out of the other.
-    fn stages(&self) -> usize {
-        if self.producers > 0 { 2 } else { 1 }
+        32 * self.wm * self.wn * self.wk
     }
 
     /// Floats of the result staging area.
@@ -254,7 +226,7 @@ impl CoopTile {
             let subgroups = (self.wm * self.wk) as usize;
             2 * (self.bk as usize + 8) * subgroups * 16 * (1 + self.tn as usize) + 4 * self.bn()
         } else {
-            2 * sa * (self.bm() + self.bn()) * self.stages()
+            2 * sa * (self.bm() + self.bn())
         };
         tiles + 4 * self.staging_floats() as usize
     }
@@ -316,50 +288,8 @@ impl CoopTile {
         Self::choose_on(ctx.caps(), rows, cols, n, input, squares)
     }
 
-    /// [`CoopTile::choose_for`] on a device of `caps`: the tile of
-    /// [`CoopTile::choose_shape`], with producer subgroups where the device
-    /// asks for them ([`CoopTile::with_producers`]).
+    /// [`CoopTile::choose_for`] on a device of `caps`.
     pub fn choose_on(
-        caps: &DeviceCaps,
-        rows: usize,
-        cols: usize,
-        n: usize,
-        input: CoopInput,
-        squares: bool,
-    ) -> Self {
-        Self::choose_shape(caps, rows, cols, n, input, squares).with_producers(caps)
-    }
-
-    /// `self` with `caps.coop_producers` producer subgroups (loading as
-    /// many steps ahead as it says) where it is a
-    /// tile of `matmul_coop.comp` that does not split K: at its own step
-    /// where two stages of it fit the device, else at 32 columns a step;
-    /// `self` where neither fits or the device asks for none.
-    pub fn with_producers(self, caps: &DeviceCaps) -> Self {
-        let (p, ahead) = caps.coop_producers;
-        if p == 0 || self.skinny || self.nv2 || self.wk != 1 || self.producers > 0 {
-            return self;
-        }
-        [
-            CoopTile {
-                producers: p,
-                ahead,
-                ..self
-            },
-            CoopTile {
-                producers: p,
-                ahead,
-                bk: 32,
-                ..self
-            },
-        ]
-        .into_iter()
-        .find(|t| t.fits_on(caps) && t.spec().is_ok())
-        .unwrap_or(self)
-    }
-
-    /// The tile's shape for a product (see [`CoopTile::choose_for`]).
-    fn choose_shape(
         caps: &DeviceCaps,
         rows: usize,
         cols: usize,
@@ -468,36 +398,28 @@ impl CoopTile {
             && (1..=4).contains(&self.tn)
             && self.bk > 0
             && self.bk.is_multiple_of(32);
-        // Producers only in matmul_coop's unsplit tiles, 16 subgroups at most.
-        let producers_ok = self.producers == 0
-            || (!self.nv2
-                && !self.skinny
-                && self.wk == 1
-                && self.wm * self.wn + self.producers <= 16);
-        let producers_ok = producers_ok && (1..=2).contains(&self.ahead);
-        let ok = producers_ok
-            && if self.nv2 {
-                // Two accumulators of bm / 2 rows (even and odd rows).
-                !self.skinny
-                    && self.bm().is_multiple_of(32)
-                    && self.bk > 0
-                    && self.bk.is_multiple_of(16)
-                    && (1..=32).contains(&(self.wm * self.wn * self.wk))
-            } else if self.skinny {
-                // Whole weight sub-blocks per invocation and row tile; the
-                // accumulators (tm * tn matrices) within what registers hold.
-                self.wm > 0
-                    && self.wk > 0
-                    && self.wn == 1
-                    && (1..=4).contains(&self.tn)
-                    && (1..=8).contains(&self.tm)
-                    && self.tm * self.tn <= 8
-                    && self.wm * self.wk <= 32
-                    && self.bk > 0
-                    && self.bk.is_multiple_of(64)
-            } else {
-                base && self.wm * self.wn * self.wk <= 8
-            };
+        let ok = if self.nv2 {
+            // Two accumulators of bm / 2 rows (even and odd rows).
+            !self.skinny
+                && self.bm().is_multiple_of(32)
+                && self.bk > 0
+                && self.bk.is_multiple_of(16)
+                && (1..=32).contains(&(self.wm * self.wn * self.wk))
+        } else if self.skinny {
+            // Whole weight sub-blocks per invocation and row tile; the
+            // accumulators (tm * tn matrices) within what registers hold.
+            self.wm > 0
+                && self.wk > 0
+                && self.wn == 1
+                && (1..=4).contains(&self.tn)
+                && (1..=8).contains(&self.tm)
+                && self.tm * self.tn <= 8
+                && self.wm * self.wk <= 32
+                && self.bk > 0
+                && self.bk.is_multiple_of(64)
+        } else {
+            base && self.wm * self.wn * self.wk <= 8
+        };
         if !ok {
             return Err(ModelError::kernel(
                 "matmul_coop",
@@ -532,8 +454,6 @@ impl CoopTile {
                 self.tn,
                 self.bk,
                 self.staging_floats(),
-                self.producers,
-                self.ahead,
             ]
         })
     }
