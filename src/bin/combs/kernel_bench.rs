@@ -283,8 +283,10 @@ fn weight_copies(
 }
 
 /// Microseconds per dispatch of `record` run `reps` times: the command
-/// buffer is replayed for at least 20 ms first (pipelines, caches and the
-/// GPU's clocks warm), then the median of five timed replays.
+/// buffer is replayed for at least 250 ms first (pipelines, caches and the
+/// GPU's clocks warm: after 20 ms, a fresh process on an H200 read its
+/// first large rows 2–5× slower than later runs did), then the median of
+/// five timed replays.
 fn time(
     ctx: &Arc<GpuContext>,
     reps: usize,
@@ -298,7 +300,7 @@ fn time(
     rec.timestamp("end");
     rec.finish()?;
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(20) {
+    while t0.elapsed() < Duration::from_millis(250) {
         rec.submit_and_wait()?;
     }
     let mut samples = Vec::new();
