@@ -73,6 +73,10 @@ pub struct DeviceCaps {
     pub storage_16bit: bool,
     /// int8 arithmetic in shaders (`shaderInt8`).
     pub shader_int8: bool,
+    /// The Vulkan memory model (`vulkanMemoryModel`), enabled where the
+    /// device has it: the cooperative-matrix kernels are written for it
+    /// (their SPIR-V declares the capability), so they run only there.
+    pub vulkan_memory_model: bool,
     /// Integer dot products in shaders (`shaderIntegerDotProduct`, Vulkan 1.3):
     /// the integer matvec (`matvec_q8.comp`) can run, fast or not.
     pub int_dot: bool,

@@ -371,11 +371,12 @@ fn print_devices(devices: &[DeviceInfo], out: &mut dyn Write) -> Result<(), CliE
             .collect();
         writeln!(
             out,
-            "  fp16 {}, 16-bit storage {}, int8 {}, int8 dot product {}, coop matrix {}",
+            "  fp16 {}, 16-bit storage {}, int8 {}, int8 dot product {}, memory model {}, coop matrix {}",
             yes(c.shader_float16),
             yes(c.storage_16bit),
             yes(c.shader_int8),
             yes(c.int_dot_accelerated),
+            yes(c.vulkan_memory_model),
             if coop.is_empty() {
                 "no".to_string()
             } else {

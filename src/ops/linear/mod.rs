@@ -302,10 +302,14 @@ impl KernelCaps {
 }
 
 impl LinearVariant {
-    /// Whether [`LinearVariant::Coop`] can run on this device.
+    /// Whether [`LinearVariant::Coop`] can run on this device: 16×16×16
+    /// f16 cooperative matrices, f16 arithmetic, subgroups of 32, and the
+    /// Vulkan memory model, which the kernels' SPIR-V declares (a module
+    /// declaring it on a device without the feature enabled is invalid).
     pub fn coop_available(ctx: &GpuContext) -> bool {
         ctx.caps().has_coop_mat_16x16x16()
             && ctx.caps().shader_float16
+            && ctx.caps().vulkan_memory_model
             && kernel_subgroup(ctx) == 32
     }
 
