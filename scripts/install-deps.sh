@@ -4,10 +4,12 @@
 # GPU), the C/C++ toolchain, cmake + ninja (shaderc is built from source),
 # python3 with pip (models come from PyPI wheels) and valgrind / pkg-config for
 # the C examples, espeak-ng and sox with its MP3 handler for the test
-# audio. Skips apt when everything is already there.
+# audio, Khronos' validation layer (the tests run under it). Skips apt when
+# everything is already there.
 set -euo pipefail
 pkgs=(libvulkan1 mesa-vulkan-drivers vulkan-tools build-essential cmake ninja-build
-      python3 python3-pip git pkg-config valgrind curl ca-certificates espeak-ng sox libsox-fmt-mp3)
+      python3 python3-pip git pkg-config valgrind curl ca-certificates espeak-ng sox libsox-fmt-mp3
+      vulkan-validationlayers)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

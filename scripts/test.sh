@@ -2,7 +2,9 @@
 # The test command: builds combs (release: shaderc is compiled from source
 # once, ~15 min on 2 cores), fetches the real test models into the cache,
 # runs every Rust test on the first Vulkan device (lavapipe on a machine
-# without a GPU), lints, and checks that include/combs.h matches the code.
+# without a GPU) under Khronos' validation layer (scripts/with-validation.sh:
+# any invalid Vulkan usage fails the run), lints, and checks that
+# include/combs.h matches the code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -17,7 +19,7 @@ models="${COMBS_MODELS:-$HOME/.cache/combs/models}"
 # transcribes a clip through the C API.
 COMBS_WHISPER_MODEL="$models/ggml-tiny.en.bin" \
     COMBS_WHISPER_AUDIO="$HOME/.cache/combs/audio/hello_world.wav" \
-    cargo test --release
+    scripts/with-validation.sh cargo test --release
 # Greedy tiny.en transcripts token for token against faster-whisper's and
 # openai-whisper's on every reference clip (base and beam 5: --ignored, slower)
 cargo test --release --test whisper_transcribe -- --ignored tiny_en_greedy

@@ -73,9 +73,12 @@ pub struct DeviceCaps {
     pub storage_16bit: bool,
     /// int8 arithmetic in shaders (`shaderInt8`).
     pub shader_int8: bool,
-    /// The Vulkan memory model (`vulkanMemoryModel`), enabled where the
-    /// device has it: the cooperative-matrix kernels are written for it
-    /// (their SPIR-V declares the capability), so they run only there.
+    /// The Vulkan memory model with device scope (`vulkanMemoryModel` and
+    /// `vulkanMemoryModelDeviceScope`), enabled where the device has both:
+    /// the cooperative-matrix kernels are written for it (their SPIR-V
+    /// declares the capability), so they run only there. Never the model
+    /// alone: with it enabled, the device-scope barriers of the other
+    /// kernels (`memoryBarrierBuffer()`) would need the device scope too.
     pub vulkan_memory_model: bool,
     /// Integer dot products in shaders (`shaderIntegerDotProduct`, Vulkan 1.3):
     /// the integer matvec (`matvec_q8.comp`) can run, fast or not.

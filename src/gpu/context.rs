@@ -291,7 +291,8 @@ fn read_caps(
         shader_float16: f12.shader_float16 == vk::TRUE,
         storage_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
         shader_int8: f12.shader_int8 == vk::TRUE,
-        vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE,
+        vulkan_memory_model: f12.vulkan_memory_model == vk::TRUE
+            && f12.vulkan_memory_model_device_scope == vk::TRUE,
         int_dot: api_version >= vk::API_VERSION_1_3 && f13.shader_integer_dot_product == vk::TRUE,
         int_dot_accelerated,
         coop_mat_f16,
@@ -523,6 +524,7 @@ impl GpuContext {
             .shader_float16(caps.shader_float16)
             .shader_int8(caps.shader_int8)
             .vulkan_memory_model(caps.vulkan_memory_model)
+            .vulkan_memory_model_device_scope(caps.vulkan_memory_model)
             .buffer_device_address(coop2);
         let mut f13 = vk::PhysicalDeviceVulkan13Features::default()
             .subgroup_size_control(caps.subgroup_size_control)
