@@ -16,7 +16,7 @@
 set -euo pipefail
 layer=VK_LAYER_KHRONOS_validation
 if ! grep -qs "\"$layer\"" /usr/share/vulkan/explicit_layer.d/*.json; then
-    echo "validate: $layer is not installed (apt-get install vulkan-validationlayers)" >&2
+    echo "with-validation: $layer is not installed (apt-get install vulkan-validationlayers)" >&2
     exit 1
 fi
 log="$(mktemp)"
@@ -25,7 +25,7 @@ status=0
 VK_INSTANCE_LAYERS="$layer${VK_INSTANCE_LAYERS:+:$VK_INSTANCE_LAYERS}" "$@" 2>&1 | tee "$log" || status=$?
 errors="$(grep -c 'Validation Error' "$log" || true)"
 if ((errors > 0)); then
-    echo "validate: $errors validation errors; by VUID:" >&2
+    echo "with-validation: $errors validation errors; by VUID:" >&2
     grep -o 'VUID-[A-Za-z0-9_-]*' "$log" | sort | uniq -c | sort -rn | head -20 >&2
     exit 1
 fi

@@ -27,9 +27,13 @@ use combs::runtime::{Model, Session, SessionOptions};
 use combs::tokenizer::ChatMessage;
 use serde_json::Value;
 
-/// Where the llama.cpp fixtures live.
+/// Where the llama.cpp fixtures live: under `COMBS_SOURCE_DIR` where it
+/// is set (a test binary carried to another machine, away from the tree
+/// it was built in), else under the tree it was built in.
 pub fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama")
+    std::env::var_os("COMBS_SOURCE_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("tests/fixtures/llama")
 }
 
 /// A fixture file of `fixture_dir()`, parsed.
