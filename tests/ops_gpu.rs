@@ -1286,6 +1286,19 @@ fn get_rows_every_type_matches_ref() {
 /// cache, then attends the `n_new` newest queries, comparing with the f64
 /// reference; covers GQA, sliding windows and soft-capping.
 fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: AttentionOptions) {
+    check_attention_growing(n_past, n_new, shape, opts, 0.0);
+}
+
+/// [`check_attention`] with key `j` scaled by `1 + growth * j`, so that a
+/// query's scores keep growing along the keys (the running maxima move
+/// tile after tile).
+fn check_attention_growing(
+    n_past: usize,
+    n_new: usize,
+    shape: AttentionShape,
+    opts: AttentionOptions,
+    growth: f32,
+) {
     for v in [
         AttentionVariant::Tiled,
         AttentionVariant::Rows,
@@ -1300,7 +1313,7 @@ fn check_attention(n_past: usize, n_new: usize, shape: AttentionShape, opts: Att
         {
             continue;
         }
-        check_attention_variant(v, n_past, n_new, shape, opts);
+        check_attention_variant(v, n_past, n_new, shape, opts, growth);
     }
 }
 
@@ -1321,6 +1334,7 @@ fn check_attention_variant(
     n_new: usize,
     shape: AttentionShape,
     opts: AttentionOptions,
+    growth: f32,
 ) {
     let ctx = gpu();
     let mut rng = Rng::fresh(&format!("attention_{n_past}_{n_new}_{}", shape.head_dim));
@@ -1330,7 +1344,11 @@ fn check_attention_variant(
     let n_ctx = total + 3;
     let kc = Buffer::new(&ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "k").expect("k");
     let vc = Buffer::new(&ctx, (n_ctx * width * 2) as u64, MemoryKind::Device, "v").expect("v");
-    let keys: Vec<f32> = rng.normals(total * width, 1.0);
+    let mut keys: Vec<f32> = rng.normals(total * width, 1.0);
+    for (j, row) in keys.chunks_mut(width).enumerate() {
+        let f = 1.0 + growth * j as f32;
+        row.iter_mut().for_each(|x| *x *= f);
+    }
     let values: Vec<f32> = rng.normals(total * width, 1.0);
     // The cache holds f16; the reference sees the same rounded values.
     let round = |v: &[f32]| {
@@ -1427,8 +1445,33 @@ fn check_attention_variant(
     let e = rel_err(&got, &want);
     assert!(
         e < attention_bound(variant),
-        "{variant:?} attention past={n_past} new={n_new} {shape:?} {opts:?}: {e}"
+        "{variant:?} attention past={n_past} new={n_new} growth={growth} {shape:?} {opts:?}: {e}"
     );
+}
+
+/// Scores that grow along the keys move each query's running maximum
+/// again and again: past the lag the cooperative kernel lets it trail
+/// (its rescaling path), and within it.
+#[test]
+fn attention_with_growing_scores_matches_ref() {
+    let opts = AttentionOptions {
+        scale: 0.125,
+        softcap: 0.0,
+        window: 0,
+    };
+    for head_dim in [64, 128] {
+        let shape = AttentionShape {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim,
+        };
+        // Slow growth moves the maxima by less than the lag per tile, fast
+        // growth by more.
+        for growth in [0.004, 0.05] {
+            check_attention_growing(0, 200, shape, opts, growth);
+            check_attention_growing(90, 110, shape, opts, growth);
+        }
+    }
 }
 
 #[test]
