@@ -136,9 +136,15 @@ void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint sg = lid / 32u;
     const uint lane = lid % 32u;
-    const uint h = gl_WorkGroupID.y;
+    // Workgroups in launch order take every head's last query block, then
+    // every head's one before, ...: under a causal mask the last blocks walk
+    // the most keys, so the longest start first and the short ones fill the
+    // last wave (and the heads of a KV group run side by side, sharing its
+    // tiles in L2).
+    const uint lin = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint h = lin % p.n_head;
     const uint kvh = h / (p.n_head / p.n_head_kv);
-    const uint q0 = gl_WorkGroupID.x * BR;
+    const uint q0 = (gl_NumWorkGroups.x - 1u - lin / p.n_head) * BR;
     const uint nq = min(BR, p.n_tokens - q0);
     const uint row_words4 = p.n_head_kv * D8;   // uvec4 words of a cache row
     const uint head_word4 = kvh * D8;
