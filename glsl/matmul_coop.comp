@@ -9,8 +9,8 @@
 // K inside the workgroup (skinny products of few tokens keep many
 // workgroups busy that way). The loads of the next step are issued after the
 // current step's products, which the matrix units work through meanwhile;
-// Q4_0 weights, held raw until staged, go out before the products (after
-// the step's second barrier).
+// Q4_0 (and, on most tiles, Q4_K) weights, held raw until staged, go out
+// before the products (after the step's second barrier).
 // The result goes through shared memory (per subgroup, or all partial tiles
 // when K is split) so partial tiles, bias and accumulation are handled per
 // element, with coalesced stores.
@@ -36,6 +36,7 @@ layout(constant_id = 5) const uint TM = 2;        // 16-row matrices per subgrou
 layout(constant_id = 6) const uint TN = 2;        // 16-token matrices per subgroup
 layout(constant_id = 7) const uint BK = 64;       // columns per subgroup and step (multiple of 32)
 layout(constant_id = 8) const uint SC = 1024;     // floats of the result staging area
+layout(constant_id = 9) const bool RAW_Q4K = true; // Q4_K held raw until staged (below)
 
 const uint BM = WM * TM * 16u;
 const uint BN = WN * TN * 16u;
@@ -49,6 +50,7 @@ const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
 const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #if defined(X_F16)
 layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
 #else
@@ -91,6 +93,31 @@ f16vec4 xreg[X_VECS];
 uvec4 wq[A_SUBS];
 float wd[A_SUBS];
 #endif
+#if defined(DATA_A_Q4_K)
+#include "common/q4k_scales.glsl"
+// Q4_K sub-blocks likewise where RAW_Q4K: the 32 bytes holding their
+// nibbles, the block's packed scales and its two f16 scales (13 registers,
+// not 16), dequantized at the staging. On the H100 at 512 tokens (llama-8b)
+// the 128 x 128 and 64 x 64 tiles gain by it (output 164 -> 123 us, down
+// 542 -> 453) and the 128 x 64 tile of two workgroups per SM loses
+// (gate/up 1168 -> 1410): the planner sets it per tile.
+#define RAW_W 1
+#define RAW_K 1
+uvec4 kq0[A_SUBS];
+uvec4 kq1[A_SUBS];
+uvec3 ksw[A_SUBS];
+uint kdd[A_SUBS];
+uint kpart[A_SUBS];
+#endif
+
+// Whether this variant's loads hold raw words (issued before the products).
+#if defined(RAW_K)
+const bool RAW_NOW = RAW_Q4K;
+#elif defined(RAW_W)
+const bool RAW_NOW = true;
+#else
+const bool RAW_NOW = false;
+#endif
 
 void load_step(uint step, uint tid, uint row0, uint tok0) {
     const uint subs = p.k / 32u;
@@ -99,14 +126,37 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         const uint q = tid + i * WGS;
         const uint r = q / spr;
         const uint s = step * spr + q % spr;
-#if defined(RAW_W)
+#if defined(RAW_K)
+        if (RAW_Q4K) {
+            uvec4 q0 = uvec4(0u), q1 = uvec4(0u);
+            uvec3 sw = uvec3(0u);
+            uint dd = 0u;
+            const uint part = s % 8u;
+            if (q < BM * spr && row0 + r < p.m && s < subs) {
+                const uint ib = ((row0 + r) * subs + s) / 8u;
+                const uint qw = (ib * PLANE0_WORDS + 8u * (part >> 1)) / 4u;
+                q0 = data_a4[qw];
+                q1 = data_a4[qw + 1u];
+                sw = scale_words(ib);
+                dd = data_a[p.nb * QWORDS + ib];   // d and dmin, two f16
+            }
+            kq0[i] = q0;
+            kq1[i] = q1;
+            ksw[i] = sw;
+            kdd[i] = dd;
+            kpart[i] = part;
+            continue;
+        }
+#elif defined(RAW_W)
         {
             uvec4 qw = uvec4(0u);
             float d = 0.0;
             if (q < BM * spr && row0 + r < p.m && s < subs) {
                 const uint ib = (row0 + r) * subs + s;
                 const uint p0 = ib * PLANE0_WORDS;
-                qw = uvec4(data_a[p0], data_a[p0 + 1u], data_a[p0 + 2u], data_a[p0 + 3u]);
+                // One 16-byte load, not four of 4 bytes: the 8B's gate/up
+                // at 512 tokens 944 -> 775 us on the H100.
+                qw = data_a4[p0 / 4u];
                 d = a_scale(p.nb, ib, 0u);
             }
             wq[i] = qw;
@@ -153,7 +203,21 @@ void store_step(uint tid) {
         const uint q = tid + i * WGS;
         if (q < BM * spr) {
             const uint base = (q / spr) * SA4 + (q % spr) * 8u;
-#if defined(RAW_W)
+#if defined(RAW_K)
+            if (RAW_Q4K) {
+                // dequant_sub32's arithmetic, on the held words.
+                const uvec2 sm = scale_min_words(ksw[i], kpart[i]);
+                const vec2 dm = unpackHalf2x16(kdd[i]);
+                const float dl = dm.x * float(sm.x);
+                const float ml = dm.y * float(sm.y);
+                const uint sh = 4u * (kpart[i] & 1u);
+                [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                    sa[base + k] = f16vec4(dl * nib4(kq0[i][k], sh) - ml);
+                    sa[base + k + 4u] = f16vec4(dl * nib4(kq1[i][k], sh) - ml);
+                }
+                continue;
+            }
+#elif defined(RAW_W)
             {
                 const float d = wd[i], m = -8.0 * d;
                 [[unroll]] for (uint k = 0u; k < 4u; k++) {
@@ -203,17 +267,15 @@ void main() {
         barrier();
         store_step(tid);
         barrier();
-#if defined(RAW_W)
         // Raw weights and activations wait in registers until the next
         // staging: load them now, ahead of the products. After the
         // barrier, not before it: 3% faster on the H200 (gate/up of the 8B
         // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
         // would stall here on their loads instead: measured slower, see
         // docs/perf-notes.md.)
-        if (step + 1u < steps) {
+        if (RAW_NOW && step + 1u < steps) {
             load_step(step + 1u, tid, row0, tok0);
         }
-#endif
         [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[TN];
@@ -233,11 +295,9 @@ void main() {
                 }
             }
         }
-#if !defined(RAW_W)
-        if (step + 1u < steps) {
+        if (!RAW_NOW && step + 1u < steps) {
             load_step(step + 1u, tid, row0, tok0);
         }
-#endif
     }
 
     if (WK == 1u) {
