@@ -61,6 +61,7 @@ const uint KM = BK / 16u;           // B matrices per chunk
 const uint S4 = (BK + 8u) / 4u;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #if defined(X_F16)
 layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
 #else
@@ -139,8 +140,8 @@ void load_a(uint row, uint c, uint lane) {
         float16_t d = float16_t(0.0);
         if (r < p.m && s < subs) {
             const uint ib = r * subs + s;
-            raw = uvec4(data_a[ib * PLANE0_WORDS], data_a[ib * PLANE0_WORDS + 1u],
-                        data_a[ib * PLANE0_WORDS + 2u], data_a[ib * PLANE0_WORDS + 3u]);
+            // One 16-byte load, not four of 4 bytes (as matmul_coop.comp).
+            raw = data_a4[ib * PLANE0_WORDS / 4u];
             d = float16_t(a_scale(p.nb, ib, 0u));
         }
         wraw[i] = raw;
