@@ -2,7 +2,8 @@
 # Runs matmul_coop.comp (the cooperative-matrix tiles of prompts and
 # batches) on the CPU, where no GPU is at hand:
 #
-#   scripts/coop-lavapipe.sh [TEST_FILTER...]   (default: coop_tiles_match_ref)
+#   scripts/coop-lavapipe.sh [TEST_FILTER...]   (default: the tile, epilogue
+#                                                and f16-input tests)
 #
 # Mesa 26's lavapipe offers VK_KHR_cooperative_matrix, but only 8x8x8 f16
 # matrices on subgroups of 8 (256-bit vectors), and Debian bookworm's Mesa
@@ -12,7 +13,8 @@
 # 16x16 matrices and 32-lane subgroups to 8x8 and 8 (every pattern it
 # rewrites must be found, or it stops), (3) builds tests/ops_gpu.rs there
 # and runs the filtered tests in the chroot, the skinny and workgroup-scope
-# tiles left out (their kernels are not scaled). Tile logic, staging and
+# tiles left out of the tile, f16-input and epilogue tests (their kernels
+# are not scaled). Tile logic, staging and
 # epilogues run as on a GPU; the 16x16 code generation of a
 # real driver does not. Not part of the default test run (~10 min the
 # first time).
@@ -22,7 +24,7 @@ sid="${COMBS_SID_CHROOT:-/var/tmp/combs-sid}"
 work="${COMBS_COOP_WORKTREE:-/var/tmp/combs-coop8}"
 target="${COMBS_COOP_TARGET:-/var/tmp/combs-coop8-target}"
 filters=("$@")
-((${#filters[@]})) || filters=(coop_tiles_match_ref)
+((${#filters[@]})) || filters=(coop_tiles_match_ref coop_epilogue_matches_ref coop_f16_activations_match_ref)
 
 if [[ ! -x $sid/usr/bin/vulkaninfo ]]; then
     command -v debootstrap >/dev/null || apt-get install -y -q debootstrap >&2
@@ -67,7 +69,9 @@ scale("src/ops/linear/mod.rs", [("kernel_subgroup(ctx) == 32", "kernel_subgroup(
 scale("src/gpu/caps.rs", [(".any(|s| s.m == 16 && s.n == 16 && s.k == 16)",
                            ".any(|s| s.m == 8 && s.n == 8 && s.k == 8)")])
 scale("tests/ops_gpu.rs", [("    for tile in tiles {\n        for (t, rows, cols, n) in [",
-                            "    for tile in tiles.into_iter().filter(|t| !t.skinny && !t.nv2) {\n        for (t, rows, cols, n) in [")])
+                            "    for tile in tiles.into_iter().filter(|t| !t.skinny && !t.nv2) {\n        for (t, rows, cols, n) in ["),
+                           ("    for tile in tiles {\n        for (t, n) in [",
+                            "    for tile in tiles.into_iter().filter(|t| !t.skinny && !t.nv2) {\n        for (t, n) in [")])
 EOF
 
 (cd "$work" && CARGO_TARGET_DIR="$target" cargo build --release --test ops_gpu >&2)
