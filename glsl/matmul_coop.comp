@@ -101,7 +101,6 @@ float wd[A_SUBS];
 // the 128 x 128 and 64 x 64 tiles gain by it (output 164 -> 123 us, down
 // 542 -> 453) and the 128 x 64 tile of two workgroups per SM loses
 // (gate/up 1168 -> 1410): the planner sets it per tile.
-#define RAW_W 1
 #define RAW_K 1
 uvec4 kq0[A_SUBS];
 uvec4 kq1[A_SUBS];

@@ -184,9 +184,11 @@ impl CoopTile {
 
     /// Whether `matmul_coop.comp` holds Q4_K weights raw from their load
     /// to the staging (as it does Q4_0's), rather than dequantizing them at
-    /// the load: faster on every tile but [`CoopTile::WIDE`], sized for two
-    /// workgroups per SM (H100, llama-8b at 512 tokens: output 164 -> 123
-    /// µs, down 542 -> 453, gate/up on `WIDE` 1168 -> 1410).
+    /// the load: every tile but [`CoopTile::WIDE`], sized for two
+    /// workgroups per SM. Measured on the H100, llama-8b at 512 tokens:
+    /// faster on the 128 × 128 and 64 × 64 tiles (output 164 -> 123 µs,
+    /// down 542 -> 453, Q/K/V 289 -> 283), slower on `WIDE` (gate/up 1168
+    /// -> 1410); the other tiles take it untimed.
     pub fn holds_q4k_raw(&self) -> bool {
         *self != CoopTile::WIDE
     }
