@@ -7,6 +7,8 @@
 layout(local_size_x_id = 0) in;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+#define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 layout(binding = 1) readonly buffer I { int ids[]; };
 layout(binding = 2) writeonly buffer D { vec4 data_d[]; };
 

@@ -16,6 +16,8 @@ layout(local_size_x = 128) in;
 #define TN 4      // tokens per invocation
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+#define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 layout(binding = 1) readonly buffer X { float data_x[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };

@@ -51,6 +51,7 @@ const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+#define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 #if defined(X_F16)
 layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
 #else

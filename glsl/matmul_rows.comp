@@ -14,6 +14,8 @@ layout(constant_id = 1) const uint TN = 8;   // tokens per tile
 layout(constant_id = 2) const uint RPI = 4;  // rows per invocation
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
+layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
+#define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 layout(binding = 1) readonly buffer X { vec4 data_x[]; };
 layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };

@@ -177,25 +177,39 @@ vec4 bits4(uint w, uint bit, uint mask) {
     return pairs4(w >> bit, mask | (mask << 16));
 }
 
+// Words w .. w + 3 of the weights (w a multiple of 4): one 16-byte load
+// where the shader declares the uvec4 alias `data_a4` of the same binding
+// (A4_LOADS), else four 4-byte ones. (The prompt tiles' Q4_0 quants in one
+// load instead of four: the 8B's gate/up at 512 tokens 944 -> 775 us on an
+// H100, docs/perf-notes.md "Session 31".)
+uvec4 a_word4(uint w) {
+#if defined(A4_LOADS)
+    return data_a4[w >> 2];
+#else
+    return uvec4(data_a[w], data_a[w + 1u], data_a[w + 2u], data_a[w + 3u]);
+#endif
+}
+
 void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
 #if defined(DENSE)
     const uint e = s * 32u;
 #if defined(DATA_A_F32)
     [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        w[k] = vec4(uintBitsToFloat(data_a[e + 4u * k]), uintBitsToFloat(data_a[e + 4u * k + 1u]),
-                    uintBitsToFloat(data_a[e + 4u * k + 2u]), uintBitsToFloat(data_a[e + 4u * k + 3u]));
+        w[k] = uintBitsToFloat(a_word4(e + 4u * k));
     }
 #elif defined(DATA_A_F16)
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        const uint base = (e >> 1) + 2u * k;
-        w[k] = vec4(unpackHalf2x16(data_a[base]), unpackHalf2x16(data_a[base + 1u]));
+    [[unroll]] for (uint k = 0u; k < 8u; k += 2u) {
+        const uvec4 v = a_word4((e >> 1) + 2u * k);
+        w[k] = vec4(unpackHalf2x16(v.x), unpackHalf2x16(v.y));
+        w[k + 1u] = vec4(unpackHalf2x16(v.z), unpackHalf2x16(v.w));
     }
 #else
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        const uint base = (e >> 1) + 2u * k;
-        const uint a = data_a[base], b = data_a[base + 1u];
-        w[k] = vec4(uintBitsToFloat(a << 16), uintBitsToFloat(a & 0xFFFF0000u),
-                    uintBitsToFloat(b << 16), uintBitsToFloat(b & 0xFFFF0000u));
+    [[unroll]] for (uint k = 0u; k < 8u; k += 2u) {
+        const uvec4 v = a_word4((e >> 1) + 2u * k);
+        w[k] = vec4(uintBitsToFloat(v.x << 16), uintBitsToFloat(v.x & 0xFFFF0000u),
+                    uintBitsToFloat(v.y << 16), uintBitsToFloat(v.y & 0xFFFF0000u));
+        w[k + 1u] = vec4(uintBitsToFloat(v.z << 16), uintBitsToFloat(v.z & 0xFFFF0000u),
+                         uintBitsToFloat(v.w << 16), uintBitsToFloat(v.w & 0xFFFF0000u));
     }
 #endif
 #else
@@ -216,8 +230,9 @@ void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
 #if defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
     const uint qh = data_a[p1];
 #endif
+    const uvec4 qs = a_word4(p0);
     [[unroll]] for (uint k = 0u; k < 4u; k++) {
-        const uint q = data_a[p0 + k];
+        const uint q = qs[k];
         vec4 lo = nib4(q, 0u);
         vec4 hi = nib4(q, 4u);
 #if defined(DATA_A_Q5_0) || defined(DATA_A_Q5_1)
@@ -231,8 +246,10 @@ void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
     }
 #elif defined(DATA_A_Q8_0)
     const float d = a_scale(nb, ib, 0u);
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        w[k] = sbyte4(data_a[p0 + k]) * d;
+    const uvec4 q0 = a_word4(p0), q1 = a_word4(p0 + 4u);
+    [[unroll]] for (uint k = 0u; k < 4u; k++) {
+        w[k] = sbyte4(q0[k]) * d;
+        w[k + 4u] = sbyte4(q1[k]) * d;
     }
 #elif defined(DATA_A_Q2_K) || defined(DATA_A_Q3_K)
     // part = 4n + j: 32 weights = two halves of 16 with their own scales.
@@ -249,13 +266,17 @@ void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
         const uint high2 = (a_byte(p2, 8u + (is & 3u)) >> (2u * (is >> 2))) & 3u;
         const float dl = d * float(int(low4 | (high2 << 4)) - 32);
 #endif
+        const uvec4 qs = a_word4(p0 + n * 8u + h * 4u);
+#if defined(DATA_A_Q3_K)
+        const uvec4 hms = a_word4(p1 + h * 4u);
+#endif
         [[unroll]] for (uint k = 0u; k < 4u; k++) {
-            const uint q = data_a[p0 + n * 8u + h * 4u + k];
+            const uint q = qs[k];
             vec4 v = bits4(q, 2u * j, 3u);
 #if defined(DATA_A_Q2_K)
             w[h * 4u + k] = dl * v - ml;
 #else
-            const uint hm = data_a[p1 + h * 4u + k];
+            const uint hm = hms[k];
             v -= 4.0 * (1.0 - bits4(hm, n * 4u + j, 1u));
             w[h * 4u + k] = dl * v;
 #endif
@@ -270,10 +291,14 @@ void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
 #endif
     const float dl = a_scale(nb, ib, 0u) * float(sm.x);
     const float ml = a_scale(nb, ib, 1u) * float(sm.y);
-    [[unroll]] for (uint k = 0u; k < 8u; k++) {
-        vec4 v = nib4(data_a[p0 + 8u * j64 + k], 4u * hi);
+    const uvec4 q0 = a_word4(p0 + 8u * j64), q1 = a_word4(p0 + 8u * j64 + 4u);
 #if defined(DATA_A_Q5_K)
-        v += 16.0 * bits4(data_a[p1 + k], part, 1u);
+    const uvec4 h0 = a_word4(p1), h1 = a_word4(p1 + 4u);
+#endif
+    [[unroll]] for (uint k = 0u; k < 8u; k++) {
+        vec4 v = nib4(k < 4u ? q0[k] : q1[k - 4u], 4u * hi);
+#if defined(DATA_A_Q5_K)
+        v += 16.0 * bits4(k < 4u ? h0[k] : h1[k - 4u], part, 1u);
 #endif
         w[k] = dl * v - ml;
     }
@@ -282,10 +307,12 @@ void dequant_sub32(uint nb, uint s, out vec4 w[8]) {
     const float d = a_scale(nb, ib, 0u);
     [[unroll]] for (uint h = 0u; h < 2u; h++) {
         const float dl = d * float(sign_extend8(a_byte(p2, n * 8u + h + 2u * quarter)));
+        const uvec4 qls = a_word4(p0 + n * 16u + (quarter & 1u) * 8u + h * 4u);
+        const uvec4 qhs = a_word4(p1 + n * 8u + h * 4u);
         [[unroll]] for (uint k = 0u; k < 4u; k++) {
             const uint l4 = h * 4u + k; // word index of l = 4*l4 .. 4*l4+3 within 32
-            const uint ql = data_a[p0 + n * 16u + (quarter & 1u) * 8u + l4];
-            const uint qh = data_a[p1 + n * 8u + l4];
+            const uint ql = qls[k];
+            const uint qh = qhs[k];
             const vec4 v = bits4(ql, 4u * (quarter >> 1), 0xFu) + 16.0 * bits4(qh, 2u * quarter, 3u) - 32.0;
             w[l4] = dl * v;
         }
