@@ -48,12 +48,16 @@ const uint WGS = NSG * 32u;
 // Per invocation and step: weight sub-blocks and vec4s of activations.
 const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
 const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
+// f16 activations in pairs of vec4s (16-byte loads) where the rows allow.
+const uint X_PAIRS = (BN * KSTEP / 8u + WGS - 1u) / WGS;
+const uint X_REGS = X_VECS > 2u * X_PAIRS ? X_VECS : 2u * X_PAIRS;
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 #if defined(X_F16)
 layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
+layout(binding = 1) readonly buffer X8 { uvec4 data_xu4[]; };
 #else
 layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 #endif
@@ -85,7 +89,7 @@ shared float sc[SC];
 
 // This invocation's share of one step, loaded ahead of the products.
 f16vec4 wreg[A_SUBS][8];
-f16vec4 xreg[X_VECS];
+f16vec4 xreg[X_REGS];
 #if defined(DATA_A_Q4_0)
 // Q4_0 sub-blocks are held raw (quants, scale: 5 registers, not 16) from
 // their load to the staging, which dequantizes; so the next step's loads go
@@ -117,6 +121,19 @@ const bool RAW_NOW = RAW_Q4K;
 const bool RAW_NOW = true;
 #else
 const bool RAW_NOW = false;
+#endif
+
+#if defined(X_F16) && !defined(DATA_A_Q4_0)
+#define X_IN_PAIRS 1
+// Whether every row of f16 activations starts on 16 bytes (offset and
+// stride multiples of 8 halves; columns step by 8): then each invocation
+// loads them as pairs of vec4s, one 16-byte load each. Not for Q4_0: on an
+// H100 pairs made its 8B Q/K/V and gate/up at 512 tokens 10% slower (cause
+// not found), where they made Q4_K's Q/K/V 28% faster and Q6_K's, Q8_0's
+// gate/up 5-6% (docs/perf-notes.md, "Session 32").
+bool x_in_pairs() {
+    return ((p.x_offset | p.ld_x) & 7u) == 0u;
+}
 #endif
 
 void load_step(uint step, uint tid, uint row0, uint tok0) {
@@ -177,6 +194,22 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         }
     }
     const uint vpr = KSTEP / 4u;    // vec4s per token row and step
+#if defined(X_IN_PAIRS)
+    if (x_in_pairs()) {
+        [[unroll]] for (uint i = 0u; i < X_PAIRS; i++) {
+            const uint v = 2u * (tid + i * WGS);   // the first vec4 of the pair
+            const uint t = v / vpr;
+            const uint c = step * KSTEP + 4u * (v % vpr);
+            uvec4 u = uvec4(0u);
+            if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
+                u = data_xu4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 8u];
+            }
+            xreg[2u * i] = f16vec4(unpackFloat2x16(u.x), unpackFloat2x16(u.y));
+            xreg[2u * i + 1u] = f16vec4(unpackFloat2x16(u.z), unpackFloat2x16(u.w));
+        }
+        return;
+    }
+#endif
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
         const uint v = tid + i * WGS;
         const uint t = v / vpr;
@@ -233,6 +266,19 @@ void store_step(uint tid) {
         }
     }
     const uint vpr = KSTEP / 4u;
+#if defined(X_IN_PAIRS)
+    if (x_in_pairs()) {
+        [[unroll]] for (uint i = 0u; i < X_PAIRS; i++) {
+            const uint v = 2u * (tid + i * WGS);
+            if (v < BN * vpr) {
+                const uint at = (v / vpr) * SA4 + v % vpr;
+                sx[at] = xreg[2u * i];
+                sx[at + 1u] = xreg[2u * i + 1u];
+            }
+        }
+        return;
+    }
+#endif
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
         const uint v = tid + i * WGS;
         if (v < BN * vpr) {
