@@ -48,16 +48,27 @@ const uint WGS = NSG * 32u;
 // Per invocation and step: weight sub-blocks and vec4s of activations.
 const uint A_SUBS = (BM * KSTEP / 32u + WGS - 1u) / WGS;
 const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
-// f16 activations in pairs of vec4s (16-byte loads) where the rows allow.
+#if defined(X_F16) && !defined(DATA_A_Q4_0)
+// f16 activations in pairs of vec4s (16-byte loads) where the rows allow
+// (x_in_pairs). Not for Q4_0: on an H100 pairs made its 8B Q/K/V and
+// gate/up at 512 tokens 10% slower (cause not found), where they made
+// Q4_K's Q/K/V 28% faster and Q6_K's, Q8_0's gate/up 5-6%
+// (docs/perf-notes.md, "Session 32").
+#define X_IN_PAIRS 1
 const uint X_PAIRS = (BN * KSTEP / 8u + WGS - 1u) / WGS;
 const uint X_REGS = X_VECS > 2u * X_PAIRS ? X_VECS : 2u * X_PAIRS;
+#else
+const uint X_REGS = X_VECS;
+#endif
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 #if defined(X_F16)
 layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
+#if defined(X_IN_PAIRS)
 layout(binding = 1) readonly buffer X8 { uvec4 data_xu4[]; };
+#endif
 #else
 layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 #endif
@@ -123,14 +134,10 @@ const bool RAW_NOW = true;
 const bool RAW_NOW = false;
 #endif
 
-#if defined(X_F16) && !defined(DATA_A_Q4_0)
-#define X_IN_PAIRS 1
+#if defined(X_IN_PAIRS)
 // Whether every row of f16 activations starts on 16 bytes (offset and
 // stride multiples of 8 halves; columns step by 8): then each invocation
-// loads them as pairs of vec4s, one 16-byte load each. Not for Q4_0: on an
-// H100 pairs made its 8B Q/K/V and gate/up at 512 tokens 10% slower (cause
-// not found), where they made Q4_K's Q/K/V 28% faster and Q6_K's, Q8_0's
-// gate/up 5-6% (docs/perf-notes.md, "Session 32").
+// loads them as pairs of vec4s, one 16-byte load each.
 bool x_in_pairs() {
     return ((p.x_offset | p.ld_x) & 7u) == 0u;
 }

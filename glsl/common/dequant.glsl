@@ -179,9 +179,9 @@ vec4 bits4(uint w, uint bit, uint mask) {
 
 // Words w .. w + 3 of the weights (w a multiple of 4): one 16-byte load
 // where the shader declares the uvec4 alias `data_a4` of the same binding
-// (A4_LOADS), else four 4-byte ones. (The prompt tiles' Q4_0 quants in one
-// load instead of four: the 8B's gate/up at 512 tokens 944 -> 775 us on an
-// H100, docs/perf-notes.md "Session 31".)
+// (A4_LOADS), else four 4-byte ones. (The prompt tiles' weights this way:
+// the 8B's gate/up at 512 tokens Q4_K 1159 -> 934 us, Q6_K 1721 -> 1107 on
+// an H100, docs/perf-notes.md "Session 32".)
 uvec4 a_word4(uint w) {
 #if defined(A4_LOADS)
     return data_a4[w >> 2];
