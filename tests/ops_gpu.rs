@@ -2595,6 +2595,9 @@ fn coop_f16_activations_match_ref() {
             (QuantType::Q4K, 200, 512, 16),
             (QuantType::Q8_0, 130, 768, 21),
             (QuantType::Q4_0, 333, 576, 64),
+            // a whole 128-token tile and a partial one after it
+            (QuantType::Q4_0, 300, 640, 130),
+            (QuantType::Q4K, 200, 512, 128),
         ] {
             let F16Product {
                 bytes,
