@@ -14,8 +14,8 @@ logits through the wheel copies 128k floats into Python and under-reads
 llama.cpp by 20-50%). Where a wheel has no way to synchronize, the
 timings end by reading the logits once and the JSON says so ("sync").
 llama.cpp's own per-context counters (decode start to synchronize) are
-reported beside them as "perf". One warm-up run precedes the timed ones;
-medians.
+reported beside them as "perf". Each test (pp, then tg) has one warm-up
+run before its timed ones; medians.
 
 `--split-mode layer` spreads the model over every GPU the Vulkan backend
 sees (as `llama-bench -sm layer`), `--tensor-split` gives each one's share
@@ -97,6 +97,8 @@ def main() -> int:
     region_end = sync or ctx.get_logits
 
     pp, tg, pp_perf, tg_perf = [], [], [], []
+    # As llama-bench (and `combs bench`): the prompt test's warm-up and
+    # repetitions, then the decode test's, not the two interleaved.
     for rep in range(a.r + 1):
         if a.p:
             ctx.kv_cache_clear()
@@ -113,6 +115,7 @@ def main() -> int:
                 if before and after and after["t_p_eval_ms"] > before["t_p_eval_ms"]:
                     pp_perf.append((after["n_p_eval"] - before["n_p_eval"]) * 1e3
                                    / (after["t_p_eval_ms"] - before["t_p_eval_ms"]))
+    for rep in range(a.r + 1):
         if a.n:
             ctx.kv_cache_clear()
             before = perf()

@@ -1,6 +1,7 @@
 //! `combs bench`: llama-bench style speed of a model — prefill of `-p`
-//! tokens and decode of `-n` tokens from an empty context, repeated after a
-//! warm-up, reported as median tokens/s with the spread; `--profile` adds GPU
+//! tokens, then decode of `-n` tokens, each from an empty context and
+//! repeated after its own warm-up (the two tests one after the other, as
+//! llama-bench runs pp512 and tg128), reported as median tokens/s with the spread; `--profile` adds GPU
 //! time per kernel family from timestamp queries; `--batch 1,4,16` adds the
 //! aggregate decode speed of that many sequences decoded together; `--json`
 //! prints one object.
@@ -156,6 +157,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     let mut tg_host = Vec::new();
+    // As llama-bench: the prompt test (a warm-up, then its repetitions),
+    // then the decode test likewise, not the two interleaved. Interleaved,
+    // the first timed prefill followed the first decode steps and ran
+    // ~12% slow on the H200 (llama-1b Q4_0 pp512: 37.4-38.5k against
+    // 41.6-43.6k tok/s for the later ones; docs/perf-notes.md, "Session 33").
     for rep in 0..=args.reps {
         if args.n_prompt > 0 {
             session.clear();
@@ -186,6 +192,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 }
             }
         }
+    }
+    for rep in 0..=args.reps {
         if args.n_gen > 0 {
             let Some(opts) = &args.sampler.options else {
                 session.clear();
