@@ -20,7 +20,7 @@ while (($#)); do
         --combs) combs="$2"; shift 2 ;;
         --wheel) wheel="$2"; shift 2 ;;
         --dir) dir="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
