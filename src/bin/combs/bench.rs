@@ -1,10 +1,10 @@
 //! `combs bench`: llama-bench style speed of a model — prefill of `-p`
 //! tokens, then decode of `-n` tokens, each from an empty context and
 //! repeated after its own warm-up (the two tests one after the other, as
-//! llama-bench runs pp512 and tg128), reported as median tokens/s with the spread; `--profile` adds GPU
-//! time per kernel family from timestamp queries; `--batch 1,4,16` adds the
-//! aggregate decode speed of that many sequences decoded together; `--json`
-//! prints one object.
+//! llama-bench runs pp512 and tg128), reported as median tokens/s with the
+//! spread; `--profile` adds GPU time per kernel family from timestamp
+//! queries; `--batch 1,4,16` adds the aggregate decode speed of that many
+//! sequences decoded together; `--json` prints one object.
 
 use std::io::Write;
 use std::time::Instant;
