@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use super::binding::{Access, Binding, groups_1d};
 use super::buffer::Buffer;
 use super::context::GpuContext;
+use super::handoff::Chain;
 use super::host::{HostMem, HostStep};
 use super::kernels::Kernel;
 use super::pipeline::{Pipeline, get_pipeline};
@@ -29,7 +30,7 @@ use crate::error::{ModelError, Result};
 pub const ELEMENTWISE_WG: u32 = 256;
 
 const SETS_PER_POOL: u32 = 256;
-const MAX_BINDINGS_PER_SET: u32 = 12;
+const MAX_BINDINGS_PER_SET: u32 = 16;
 const MAX_TIMESTAMPS: u32 = 2048;
 
 /// A replayable command buffer and everything it references.
@@ -61,6 +62,8 @@ pub struct Recording {
     n_dispatches: usize,
     n_barriers: usize,
     n_host_steps: usize,
+    /// Dispatches that waited on the one before through memory.
+    n_handoffs: usize,
     /// A survey ([`Recording::survey`]): the pipelines dispatches would
     /// use, collected instead of recorded.
     survey: Option<Vec<SurveyedPipeline>>,
@@ -71,6 +74,12 @@ pub struct Recording {
     unordered_read: HashSet<vk::Buffer>,
     /// Pipeline stages of those accesses.
     unordered_stages: vk::PipelineStageFlags,
+    /// Hand-off slots and the chain's state, once a dispatch hands off
+    /// ([`super::handoff`]).
+    chain: Option<Chain>,
+    /// Whether dispatches with a twin hand off (the device's default,
+    /// [`Recording::set_handoff`]).
+    handoff: bool,
 }
 
 /// What [`get_pipeline`] takes, as a survey collects it.
@@ -181,10 +190,13 @@ impl Recording {
             n_dispatches: 0,
             n_barriers: 0,
             n_host_steps: 0,
+            n_handoffs: 0,
             survey: None,
             unordered_written: HashSet::new(),
             unordered_read: HashSet::new(),
             unordered_stages: vk::PipelineStageFlags::empty(),
+            chain: None,
+            handoff: ctx.handoff(),
         };
         // SAFETY: valid device.
         rec.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
@@ -247,6 +259,11 @@ impl Recording {
         }
         .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
         self.steps.push(Step::Commands(self.cmd));
+        if let Some(c) = &mut self.chain {
+            c.next = 1;
+            c.last = None;
+            c.cleared = false;
+        }
         self.written.clear();
         self.read.clear();
         self.unordered_written.clear();
@@ -271,6 +288,16 @@ impl Recording {
         self.steps.push(Step::Host(step));
         self.n_host_steps += 1;
         Ok(())
+    }
+
+    /// Whether later dispatches of kernels with a hand-off twin wait for the
+    /// one before through memory instead of a barrier
+    /// ([`super::handoff`]; the device's default: `COMBS_HANDOFF=1`).
+    pub fn set_handoff(&mut self, on: bool) {
+        if !on {
+            self.end_chain();
+        }
+        self.handoff = on;
     }
 
     /// The context this recording belongs to.
@@ -432,10 +459,19 @@ impl Recording {
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        if let Some((twin, base)) = self.handoff_twin(kernel) {
+            if self.survey.is_some() {
+                return self.survey_handoff(twin, base, spec);
+            }
+            if self.dispatch_handoff(twin, base, spec, bindings, push, groups)? {
+                return Ok(());
+            }
+        }
         if self.surveyed(kernel, spec, bindings) {
             return Ok(());
         }
-        let pipeline = self.prepare(kernel, spec, bindings, push)?;
+        self.end_chain();
+        let pipeline = self.prepare(kernel, spec, bindings, push, true)?;
         // SAFETY: recording state, pipeline bound by prepare().
         unsafe {
             self.ctx
@@ -488,11 +524,12 @@ impl Recording {
                 "indirect dispatch arguments out of range".into(),
             ));
         }
+        self.end_chain();
         // The indirect read happens before the dispatch runs, in its own
         // stage: any earlier write of the arguments needs a full barrier.
         self.track(&[args.raw()], &[], vk::PipelineStageFlags::DRAW_INDIRECT);
         self.keep(args);
-        let pipeline = self.prepare(kernel, spec, bindings, push)?;
+        let pipeline = self.prepare(kernel, spec, bindings, push, true)?;
         // SAFETY: recording state, pipeline bound, args range checked.
         unsafe {
             self.ctx
@@ -502,6 +539,106 @@ impl Recording {
         self.keep_pipelines.push(pipeline);
         self.stamp(kernel);
         Ok(())
+    }
+
+    /// The hand-off twin of `kernel` and the binding of its first slot,
+    /// where the device hands off ([`super::handoff`]).
+    fn handoff_twin(&self, kernel: Kernel) -> Option<(Kernel, u32)> {
+        if self.handoff { kernel.handoff() } else { None }
+    }
+
+    /// In a survey, notes the pipeline the twin of a dispatch uses.
+    fn survey_handoff(&mut self, twin: Kernel, base: u32, spec: &[u32]) -> Result<()> {
+        if let Some(keys) = &mut self.survey {
+            keys.push(SurveyedPipeline {
+                kernel: twin,
+                spec: spec.to_vec(),
+                n_bindings: base + 2,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records `twin`, the hand-off twin of a dispatch, waiting on the slot
+    /// of the chain's previous dispatch (or starting a chain after a full
+    /// barrier) and counting itself in a slot of its own: bindings up to
+    /// `base` are the dispatch's own (padded with its first), `base` and
+    /// `base + 1` the two slots. False (nothing recorded) once this
+    /// command buffer has used every slot.
+    fn dispatch_handoff(
+        &mut self,
+        twin: Kernel,
+        base: u32,
+        spec: &[u32],
+        bindings: &[Binding<'_>],
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<bool> {
+        let Some(first) = bindings.first() else {
+            return Ok(false);
+        };
+        if bindings.len() > base as usize {
+            return Err(ModelError::Internal(format!(
+                "{}: {} bindings overlap its hand-off slots at {base}",
+                twin.name(),
+                bindings.len()
+            )));
+        }
+        if self.chain.is_none() {
+            self.chain = Some(Chain::new(&self.ctx)?);
+        }
+        let (slots, cleared, wait, own) = match &self.chain {
+            Some(c) if c.next < super::handoff::SLOTS => {
+                (c.buffer.clone(), c.cleared, c.last, c.next)
+            }
+            _ => return Ok(false),
+        };
+        if !cleared {
+            // Count words 0, slot 0 done: a chain's first dispatch goes at once.
+            self.fill(&slots, 0, slots.size(), 0)?;
+            self.fill(&slots, 4, 4, 1)?;
+        }
+        if wait.is_none() {
+            // Whatever came before the chain finishes before it starts: its
+            // dispatches are ordered only after their predecessor.
+            self.barrier();
+        }
+        let stride = self.chain.as_ref().map_or(16, |c| c.stride);
+        let mut all: Vec<Binding<'_>> = bindings.to_vec();
+        while all.len() < base as usize {
+            all.push(Binding::read(first.buffer));
+        }
+        all.push(Binding::read(&slots).range(u64::from(wait.unwrap_or(0)) * stride, 16));
+        all.push(Binding::read(&slots).range(u64::from(own) * stride, 16));
+        let pipeline = self.prepare(twin, spec, &all, push, wait.is_none())?;
+        // SAFETY: recording state, pipeline bound by prepare().
+        unsafe {
+            self.ctx
+                .device()
+                .cmd_dispatch(self.cmd, groups[0], groups[1], groups[2])
+        };
+        self.keep_pipelines.push(pipeline);
+        self.stamp(twin);
+        if wait.is_some() {
+            self.n_handoffs += 1;
+        }
+        if let Some(c) = &mut self.chain {
+            c.cleared = true;
+            c.last = Some(own);
+            c.next = own + 1;
+        }
+        Ok(true)
+    }
+
+    /// Ends a hand-off chain with a full barrier, so that a command without
+    /// a twin sees everything the chain did.
+    fn end_chain(&mut self) {
+        if self.chain.as_ref().is_some_and(|c| c.last.is_some()) {
+            self.barrier();
+            if let Some(c) = &mut self.chain {
+                c.last = None;
+            }
+        }
     }
 
     /// In a survey, notes the dispatch's pipeline and says so.
@@ -519,12 +656,16 @@ impl Recording {
         }
     }
 
+    /// Binds `kernel`'s pipeline, descriptors and push constants; with
+    /// `ordered` false the dispatch is ordered by a hand-off, so its
+    /// accesses are only noted, never given a barrier.
     fn prepare(
         &mut self,
         kernel: Kernel,
         spec: &[u32],
         bindings: &[Binding<'_>],
         push: &[u8],
+        ordered: bool,
     ) -> Result<Arc<Pipeline>> {
         self.dirty = true;
         self.check_open()?;
@@ -586,7 +727,13 @@ impl Recording {
                 Access::Write => writes.push(b.buffer.raw()),
             }
         }
-        self.track(&reads, &writes, vk::PipelineStageFlags::COMPUTE_SHADER);
+        if ordered {
+            self.track(&reads, &writes, vk::PipelineStageFlags::COMPUTE_SHADER);
+        } else {
+            self.read.extend(reads);
+            self.written.extend(writes);
+            self.stages_since_barrier |= vk::PipelineStageFlags::COMPUTE_SHADER;
+        }
         for b in bindings {
             self.keep(b.buffer);
         }
@@ -648,6 +795,7 @@ impl Recording {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
+        self.end_chain();
         self.dirty = true;
         self.check_open()?;
         let ok = src_offset + size <= src.size() && dst_offset + size <= dst.size();
@@ -677,6 +825,7 @@ impl Recording {
     /// # Errors
     /// A range outside the buffer or not a multiple of 4.
     pub fn fill(&mut self, dst: &Arc<Buffer>, offset: u64, size: u64, value: u32) -> Result<()> {
+        self.end_chain();
         self.dirty = true;
         self.check_open()?;
         if !offset.is_multiple_of(4) || !size.is_multiple_of(4) || offset + size > dst.size() {
@@ -852,6 +1001,12 @@ impl Recording {
     /// Host steps recorded so far.
     pub fn n_host_steps(&self) -> usize {
         self.n_host_steps
+    }
+
+    /// Dispatches recorded that wait on the dispatch before them through
+    /// memory instead of a barrier ([`super::handoff`]).
+    pub fn n_handoffs(&self) -> usize {
+        self.n_handoffs
     }
 }
 

@@ -1,0 +1,58 @@
+// Hand-off: a dispatch ordered after the one before it through memory, not
+// through a pipeline barrier. A barrier between two dependent dispatches
+// drains the GPU and starts the next grid from nothing (~4 µs on an H200
+// per barrier, ~160 of them per decoded token of an 8B); without one, the
+// driver launches the next grid while the last one finishes, and its
+// workgroups wait here until every workgroup before has counted itself.
+//
+// Included after the kernel's own bindings, before its body, which it
+// names kernel_main(). With HANDOFF defined (HANDOFF_BINDING: the first of
+// the two bindings it adds), main() waits on slot `wait` (binding
+// HANDOFF_BINDING: [count, done, timeouts, -]) until its `done` word is
+// set, runs kernel_main(), then counts the workgroup in slot `own`
+// (HANDOFF_BINDING + 1), whose last workgroup sets `done`. HCOHERENT
+// qualifies what earlier dispatches of the chain wrote (activations, the
+// K/V cache): read past the SM's L1, which no barrier invalidates here.
+// Without HANDOFF, kernel_main() is main() and HCOHERENT nothing.
+//
+// The wait is bounded (~0.5 s): a grid that never finishes (a driver that
+// ran the waiter first on every SM) counts a timeout in the own slot and
+// goes on with whatever it reads rather than hanging the device; the host
+// checks the count ([`crate::gpu::handoff`]).
+
+#ifdef HANDOFF
+#define HCOHERENT coherent
+layout(binding = HANDOFF_BINDING) volatile coherent buffer HandoffWait { uint handoff_wait[]; };
+layout(binding = HANDOFF_BINDING + 1) coherent buffer HandoffOwn { uint handoff_own[]; };
+
+const uint HANDOFF_MAX_SPINS = 1u << 22;
+
+void kernel_main();
+
+void main() {
+    if (gl_LocalInvocationIndex == 0u) {
+        uint spins = 0u;
+        while (handoff_wait[1] == 0u && spins < HANDOFF_MAX_SPINS) {
+            spins++;
+        }
+        if (spins == HANDOFF_MAX_SPINS) {
+            atomicAdd(handoff_own[2], 1u);
+        }
+    }
+    memoryBarrierBuffer();
+    barrier();
+    kernel_main();
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationIndex == 0u) {
+        const uint total = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
+        if (atomicAdd(handoff_own[0], 1u) + 1u == total) {
+            memoryBarrierBuffer();
+            atomicExchange(handoff_own[1], 1u);
+        }
+    }
+}
+#else
+#define HCOHERENT
+#define kernel_main main
+#endif

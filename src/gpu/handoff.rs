@@ -1,0 +1,72 @@
+//! Hand-off between dependent dispatches: the chain state of a
+//! [`super::Recording`] whose kernels wait for each other through memory
+//! instead of pipeline barriers (`glsl/common/handoff.glsl`).
+//!
+//! Every dispatch of a chain gets two slots of one small buffer: the slot
+//! of the dispatch before it, which it waits on until that dispatch's last
+//! workgroup sets its `done` word, and its own, where its workgroups count
+//! themselves. Each dispatch therefore starts its work only after the one
+//! before has finished, and by induction after every earlier dispatch of
+//! the chain: the order a barrier between each pair gives, without the
+//! drain and restart of the GPU a barrier costs. A chain starts after a
+//! full barrier (and a fill that clears the slots, once per command
+//! buffer) and ends with one before any command without a twin.
+
+use std::sync::Arc;
+
+use super::buffer::{Buffer, MemoryKind};
+use super::context::GpuContext;
+use crate::error::Result;
+
+/// The environment switch: `COMBS_HANDOFF=1` chains dispatches by hand-off.
+pub const HANDOFF_ENV: &str = "COMBS_HANDOFF";
+
+/// Whether the environment asks for hand-offs.
+pub fn requested() -> bool {
+    std::env::var(HANDOFF_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Slots per command buffer (slot 0 is always done: a chain's first
+/// dispatch waits on it). Past them, dispatches take barriers again.
+pub(crate) const SLOTS: u32 = 4096;
+
+/// Bytes of a slot's words: count, done, timeouts, unused.
+pub(crate) const SLOT_BYTES: u64 = 16;
+
+/// A recording's hand-off slots and where its chain stands.
+pub(crate) struct Chain {
+    /// The slots.
+    pub buffer: Arc<Buffer>,
+    /// Bytes between slots (a slot, rounded up to the device's storage
+    /// offset alignment).
+    pub stride: u64,
+    /// The next slot to give out in this command buffer.
+    pub next: u32,
+    /// The previous dispatch's slot while the chain goes on.
+    pub last: Option<u32>,
+    /// Whether this command buffer has cleared the slots.
+    pub cleared: bool,
+}
+
+impl Chain {
+    /// Allocates the slots.
+    ///
+    /// # Errors
+    /// Out of device memory.
+    pub fn new(ctx: &Arc<GpuContext>) -> Result<Self> {
+        let stride = SLOT_BYTES.max(ctx.caps().storage_offset_alignment);
+        let buffer = Buffer::new(
+            ctx,
+            stride * u64::from(SLOTS),
+            MemoryKind::Device,
+            "hand-off slots",
+        )?;
+        Ok(Chain {
+            buffer,
+            stride,
+            next: 1,
+            last: None,
+            cleared: false,
+        })
+    }
+}
