@@ -328,7 +328,9 @@ pub fn kernels() -> Vec<KernelDef> {
 /// `HANDOFF_BINDING`).
 pub fn handoff_binding(file: &str) -> Option<u32> {
     match file {
-        "matvec.comp" | "matvec_q8.comp" => Some(7),
+        "matvec.comp" | "matvec_q8.comp" | "matmul_coop.comp" => Some(7),
+        "matmul_skinny.comp" => Some(9),
+        "rms_norm.comp" | "topk.comp" => Some(3),
         "attention.comp" => Some(11),
         "get_rows.comp" => Some(3),
         "copy.comp" => Some(2),

@@ -166,6 +166,16 @@ pub enum ModelError {
         /// Where the loss was first seen (e.g. `vkQueueSubmit`).
         call: &'static str,
     },
+    /// A dispatch chained by hand-off ([`crate::gpu::handoff`]) waited too
+    /// long for the one before it to finish and went on without it (a
+    /// driver that did not launch the chain's grids in order): what that
+    /// submission computed cannot be trusted. The device orders dispatches
+    /// with barriers from then on, so the call can be repeated.
+    #[error(
+        "a dispatch waited too long for the one before it (hand-off); this call's \
+         results are void and the device now orders dispatches with barriers: repeat the call"
+    )]
+    HandoffTimeout,
     /// The memory allocator failed for a reason other than exhaustion.
     #[error("device memory allocation for {what} failed: {reason}")]
     Allocation {

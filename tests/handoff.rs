@@ -18,8 +18,9 @@ mod common;
 
 use std::sync::Arc;
 
+use combs::ModelError;
 use combs::formats::gguf::GgufFile;
-use combs::gpu::{DeviceClass, GpuContext, Recording};
+use combs::gpu::{DeviceClass, Fault, GpuContext, Recording};
 use combs::kv::CacheKind;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
@@ -136,7 +137,7 @@ fn handed_off_dispatches_match_barriers_bit_for_bit() {
                 "{arch} {t:?} {numerics:?}: {ha} of {da} dispatches handed off, \
                  {ba} barriers against {bb}"
             );
-            for batch in [2, 6] {
+            for batch in [2, 6, 12, 40] {
                 let x = run(a.clone(), &prompt, &more, batch);
                 let y = run(b.clone(), &prompt, &more, batch);
                 assert_eq!(x.len(), y.len());
@@ -150,4 +151,47 @@ fn handed_off_dispatches_match_barriers_bit_for_bit() {
             }
         }
     }
+}
+
+/// A waiter whose predecessor never finishes (an injected stall: the wait
+/// slot no dispatch completes) gives up, and the call fails with
+/// `HandoffTimeout` instead of hanging or returning what it computed; the
+/// device then orders dispatches with barriers, and the repeated call
+/// gives the logits a context that never handed off gives.
+#[test]
+fn a_stalled_handoff_fails_the_call_and_barriers_take_over() {
+    let ctx = GpuContext::new(None).expect("a second context on the test device");
+    ctx.set_handoff(true);
+    let mut rng = Rng::fresh("handoff_stall");
+    let mut cfg = SynthConfig::preset("tiny", QuantType::Q8_0).expect("preset");
+    cfg.seed = rng.next_u64();
+    let g = GgufFile::from_bytes(synth_gguf(&cfg).expect("synth").to_bytes()).expect("parse");
+    let token = rng.below(cfg.n_vocab) as u32;
+    let opts = SessionOptions {
+        n_ctx: 32,
+        ..Default::default()
+    };
+    let want = {
+        let m = load(&gpu(), &g, Numerics::Exact);
+        let mut s = Session::new(m, &opts).expect("session");
+        s.decode(token).expect("decode");
+        s.logits().to_vec()
+    };
+    let m = load(&ctx, &g, Numerics::Exact);
+    let mut s = Session::new(m, &opts).expect("session");
+    ctx.inject_fault(Fault::HandoffStall);
+    let e = s.decode(token).expect_err("a stalled chain fails the call");
+    assert!(
+        matches!(e.root(), ModelError::HandoffTimeout),
+        "not a hand-off timeout: {e}"
+    );
+    assert!(!ctx.handoff(), "hand-offs still on after a timeout");
+    let mut s = Session::new(s.model().clone(), &opts).expect("session");
+    s.decode(token).expect("decode with barriers");
+    let same = s
+        .logits()
+        .iter()
+        .zip(&want)
+        .all(|(p, q)| p.to_bits() == q.to_bits());
+    assert!(same, "the repeated call's logits differ");
 }

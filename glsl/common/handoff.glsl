@@ -8,22 +8,25 @@
 // Included after the kernel's own bindings, before its body, which it
 // names kernel_main(). With HANDOFF defined (HANDOFF_BINDING: the first of
 // the two bindings it adds), main() waits on slot `wait` (binding
-// HANDOFF_BINDING: [count, done, timeouts, -]) until its `done` word is
+// HANDOFF_BINDING: [count, done, -, -]) until its `done` word is
 // set, runs kernel_main(), then counts the workgroup in slot `own`
 // (HANDOFF_BINDING + 1), whose last workgroup sets `done`. HCOHERENT
 // qualifies what earlier dispatches of the chain wrote (activations, the
 // K/V cache): read past the SM's L1, which no barrier invalidates here.
 // Without HANDOFF, kernel_main() is main() and HCOHERENT nothing.
 //
-// The wait is bounded (~0.5 s): a grid that never finishes (a driver that
-// ran the waiter first on every SM) counts a timeout in the own slot and
-// goes on with whatever it reads rather than hanging the device; the host
-// checks the count ([`crate::gpu::handoff`]).
+// The wait is bounded (~1 s on an H200): a grid that never finishes (a driver that
+// ran the waiters first on every SM) sets the fault word (binding
+// HANDOFF_BINDING + 2, host-visible; a plain store, since atomics may not
+// reach host memory) and goes on rather than hanging the device; the host
+// checks the word after each submission and fails the call (ModelError::
+// HandoffTimeout), turning hand-offs off for the device.
 
 #ifdef HANDOFF
 #define HCOHERENT coherent
 layout(binding = HANDOFF_BINDING) volatile coherent buffer HandoffWait { uint handoff_wait[]; };
 layout(binding = HANDOFF_BINDING + 1) coherent buffer HandoffOwn { uint handoff_own[]; };
+layout(binding = HANDOFF_BINDING + 2) volatile coherent buffer HandoffFault { uint handoff_fault[]; };
 
 const uint HANDOFF_MAX_SPINS = 1u << 22;
 
@@ -32,11 +35,18 @@ void kernel_main();
 void main() {
     if (gl_LocalInvocationIndex == 0u) {
         uint spins = 0u;
+        // Once one waiter gave up, the others do too (the word is read
+        // every 256 spins).
         while (handoff_wait[1] == 0u && spins < HANDOFF_MAX_SPINS) {
             spins++;
+            if ((spins & 255u) == 0u && handoff_fault[0] != 0u) {
+                break;
+            }
         }
-        if (spins == HANDOFF_MAX_SPINS) {
-            atomicAdd(handoff_own[2], 1u);
+        // Not "spins reached the bound": lavapipe left this loop after
+        // 65535 iterations, whatever its condition said.
+        if (handoff_wait[1] == 0u) {
+            handoff_fault[0] = 1u;
         }
     }
     memoryBarrierBuffer();

@@ -61,7 +61,8 @@ impl From<&ModelError> for combs_status {
             ModelError::NoDevice(_)
             | ModelError::Vulkan { .. }
             | ModelError::Allocation { .. }
-            | ModelError::DeviceLost { .. } => COMBS_ERR_DEVICE,
+            | ModelError::DeviceLost { .. }
+            | ModelError::HandoffTimeout => COMBS_ERR_DEVICE,
             ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }

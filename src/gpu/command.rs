@@ -553,7 +553,7 @@ impl Recording {
             keys.push(SurveyedPipeline {
                 kernel: twin,
                 spec: spec.to_vec(),
-                n_bindings: base + 2,
+                n_bindings: base + 3,
             });
         }
         Ok(())
@@ -563,7 +563,7 @@ impl Recording {
     /// of the chain's previous dispatch (or starting a chain after a full
     /// barrier) and counting itself in a slot of its own: bindings up to
     /// `base` are the dispatch's own (padded with its first), `base` and
-    /// `base + 1` the two slots. False (nothing recorded) once this
+    /// `base + 1` the two slots, `base + 2` the fault word. False (nothing recorded) once this
     /// command buffer has used every slot.
     fn dispatch_handoff(
         &mut self,
@@ -587,9 +587,9 @@ impl Recording {
         if self.chain.is_none() {
             self.chain = Some(Chain::new(&self.ctx)?);
         }
-        let (slots, cleared, wait, own) = match &self.chain {
-            Some(c) if c.next < super::handoff::SLOTS => {
-                (c.buffer.clone(), c.cleared, c.last, c.next)
+        let (slots, fault, cleared, wait, own) = match &self.chain {
+            Some(c) if c.next < super::handoff::SLOTS - 1 => {
+                (c.buffer.clone(), c.fault.clone(), c.cleared, c.last, c.next)
             }
             _ => return Ok(false),
         };
@@ -597,6 +597,7 @@ impl Recording {
             // Count words 0, slot 0 done: a chain's first dispatch goes at once.
             self.fill(&slots, 0, slots.size(), 0)?;
             self.fill(&slots, 4, 4, 1)?;
+            self.fill(&fault, 0, fault.size(), 0)?;
         }
         if wait.is_none() {
             // Whatever came before the chain finishes before it starts: its
@@ -604,12 +605,18 @@ impl Recording {
             self.barrier();
         }
         let stride = self.chain.as_ref().map_or(16, |c| c.stride);
+        // An injected stall: the last slot, which no dispatch completes.
+        let wait_slot = match wait {
+            Some(_) if self.ctx.take_handoff_stall() => super::handoff::SLOTS - 1,
+            w => w.unwrap_or(0),
+        };
         let mut all: Vec<Binding<'_>> = bindings.to_vec();
         while all.len() < base as usize {
             all.push(Binding::read(first.buffer));
         }
-        all.push(Binding::read(&slots).range(u64::from(wait.unwrap_or(0)) * stride, 16));
+        all.push(Binding::read(&slots).range(u64::from(wait_slot) * stride, 16));
         all.push(Binding::read(&slots).range(u64::from(own) * stride, 16));
+        all.push(Binding::read(&fault));
         let pipeline = self.prepare(twin, spec, &all, push, wait.is_none())?;
         // SAFETY: recording state, pipeline bound by prepare().
         unsafe {
@@ -936,6 +943,7 @@ impl Recording {
                     // and everything the recording uses is kept alive by it.
                     unsafe { self.ctx.submit(*cmd, self.fence) }?;
                     wait_and_reset(&self.ctx, self.fence, mode)?;
+                    self.check_handoff()?;
                     i += 1;
                 }
                 Step::Host(_) => {
@@ -949,6 +957,24 @@ impl Recording {
                     i += n;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Fails the submission if a hand-off waiter gave up on its
+    /// predecessor (the fault word it sets), and turns hand-offs off for
+    /// the device: the chain's order was not kept, so nothing it computed
+    /// can be trusted.
+    fn check_handoff(&mut self) -> Result<()> {
+        let Some(c) = &self.chain else {
+            return Ok(());
+        };
+        let mut word = [0u32; 1];
+        c.fault.read_slice(0, &mut word)?;
+        if word[0] != 0 {
+            c.fault.write_slice(0, &[0u32])?;
+            self.ctx.set_handoff(false);
+            return Err(ModelError::HandoffTimeout);
         }
         Ok(())
     }

@@ -707,6 +707,12 @@ impl GpuContext {
         self.health.before_allocation()
     }
 
+    /// Whether an injected [`Fault::HandoffStall`] fires for the dispatch
+    /// being recorded.
+    pub(crate) fn take_handoff_stall(&self) -> bool {
+        self.health.take_handoff_stall()
+    }
+
     /// Arms a fake driver failure (see [`Fault`]); for tests. C programs
     /// reach it through the `COMBS_FAULT_DEVICE_LOST_AFTER` environment
     /// variable, read when a runtime is created.

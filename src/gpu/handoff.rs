@@ -10,7 +10,9 @@
 //! the chain: the order a barrier between each pair gives, without the
 //! drain and restart of the GPU a barrier costs. A chain starts after a
 //! full barrier (and a fill that clears the slots, once per command
-//! buffer) and ends with one before any command without a twin.
+//! buffer) and ends with one before any command without a twin. A waiter
+//! that gives up (about a second) sets a host-visible fault word, and the
+//! submission fails with [`crate::ModelError::HandoffTimeout`].
 
 use std::sync::Arc;
 
@@ -27,16 +29,20 @@ pub fn requested() -> bool {
 }
 
 /// Slots per command buffer (slot 0 is always done: a chain's first
-/// dispatch waits on it). Past them, dispatches take barriers again.
+/// dispatch waits on it; the last is never given out, so it never
+/// completes: [`super::Fault::HandoffStall`] waits on it). Past them,
+/// dispatches take barriers again.
 pub(crate) const SLOTS: u32 = 4096;
 
-/// Bytes of a slot's words: count, done, timeouts, unused.
+/// Bytes of a slot's words: count, done, two unused.
 pub(crate) const SLOT_BYTES: u64 = 16;
 
 /// A recording's hand-off slots and where its chain stands.
 pub(crate) struct Chain {
     /// The slots.
     pub buffer: Arc<Buffer>,
+    /// One host-visible word a waiter that gave up sets.
+    pub fault: Arc<Buffer>,
     /// Bytes between slots (a slot, rounded up to the device's storage
     /// offset alignment).
     pub stride: u64,
@@ -61,8 +67,10 @@ impl Chain {
             MemoryKind::Device,
             "hand-off slots",
         )?;
+        let fault = Buffer::new(ctx, 16, MemoryKind::Readback, "hand-off fault word")?;
         Ok(Chain {
             buffer,
+            fault,
             stride,
             next: 1,
             last: None,
