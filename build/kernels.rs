@@ -306,10 +306,11 @@ pub fn kernels() -> Vec<KernelDef> {
     }
     let twins: Vec<KernelDef> = k
         .iter()
-        .filter(|d| handoff_binding(d.file).is_some())
-        .map(|d| {
+        .filter_map(|d| handoff_binding(d.file).map(|b| (d, b)))
+        .map(|(d, b)| {
             let mut defines = d.defines.clone();
             defines.push(("HANDOFF".into(), "1".into()));
+            defines.push(("HANDOFF_BINDING".into(), b.to_string()));
             KernelDef {
                 name: format!("{}_handoff", d.name),
                 file: d.file,
@@ -324,8 +325,8 @@ pub fn kernels() -> Vec<KernelDef> {
 
 /// The kernels built twice, once with `glsl/common/handoff.glsl`'s wait
 /// and count (`<name>_handoff`): those a decode step chains. The value is
-/// the binding of the twin's first hand-off slot (its file's
-/// `HANDOFF_BINDING`).
+/// the binding of the twin's first hand-off slot, past the file's own
+/// bindings (the twin's `HANDOFF_BINDING` define).
 pub fn handoff_binding(file: &str) -> Option<u32> {
     match file {
         "matvec.comp" | "matvec_q8.comp" | "matmul_coop.comp" => Some(7),

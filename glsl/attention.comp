@@ -49,7 +49,6 @@ layout(constant_id = 5) const uint NSPLIT = 2; // workgroups per (token, head)
 const uint NSPLIT = 1u;
 #endif
 
-#define HANDOFF_BINDING 11
 #include "common/handoff.glsl"
 
 layout(binding = 0) HCOHERENT readonly buffer Q { float data_q[]; };

@@ -7,7 +7,6 @@
 
 layout(local_size_x_id = 0) in;
 
-#define HANDOFF_BINDING 2
 #include "common/handoff.glsl"
 
 layout(binding = 0) HCOHERENT readonly buffer S { uvec4 data_s[]; };

@@ -6,7 +6,6 @@
 
 layout(local_size_x_id = 0) in;
 
-#define HANDOFF_BINDING 3
 #include "common/handoff.glsl"
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };

@@ -61,7 +61,6 @@ const uint X_REGS = X_VECS > 2u * X_PAIRS ? X_VECS : 2u * X_PAIRS;
 const uint X_REGS = X_VECS;
 #endif
 
-#define HANDOFF_BINDING 7
 #include "common/handoff.glsl"
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };

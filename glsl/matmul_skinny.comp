@@ -60,7 +60,6 @@ const uint KM = BK / 16u;           // B matrices per chunk
 // over banks (cooperative-matrix loads need strides of whole 16 bytes).
 const uint S4 = (BK + 8u) / 4u;
 
-#define HANDOFF_BINDING 9
 #include "common/handoff.glsl"
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };

@@ -45,7 +45,6 @@ layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one 
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
 layout(constant_id = 6) const uint XSV = 1;       // > 1: x staged in shared memory, XSV vec4s (whole units) at a time
 
-#define HANDOFF_BINDING 7
 #include "common/handoff.glsl"
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };

@@ -57,7 +57,6 @@ layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one 
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
 layout(constant_id = 6) const uint XU = 1;        // X_F32: units of x quantized into shared memory
 
-#define HANDOFF_BINDING 7
 #include "common/handoff.glsl"
 
 layout(binding = 0) readonly buffer A { uint data_a[]; };

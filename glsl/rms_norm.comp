@@ -16,7 +16,6 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32;
 
-#define HANDOFF_BINDING 3
 #include "common/handoff.glsl"
 
 layout(binding = 0) HCOHERENT readonly buffer X { float data_x[]; };

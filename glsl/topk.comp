@@ -32,7 +32,6 @@ layout(constant_id = 1) const uint PER = 32;   // values per invocation (first p
 layout(constant_id = 2) const uint NSUB = 4;   // the most subgroups of a workgroup
 layout(constant_id = 3) const uint OWN = 16;   // lists per invocation (merge)
 
-#define HANDOFF_BINDING 3
 #include "common/handoff.glsl"
 
 layout(binding = 0) HCOHERENT readonly buffer X { float data_x[]; };

@@ -169,11 +169,13 @@ pub enum ModelError {
     /// A dispatch chained by hand-off ([`crate::gpu::handoff`]) waited too
     /// long for the one before it to finish and went on without it (a
     /// driver that did not launch the chain's grids in order): what that
-    /// submission computed cannot be trusted. The device orders dispatches
-    /// with barriers from then on, so the call can be repeated.
+    /// submission computed cannot be trusted. Recordings made from then on
+    /// order dispatches with barriers (a session records its steps when it
+    /// first runs them: a new session repeats the call without hand-offs).
     #[error(
         "a dispatch waited too long for the one before it (hand-off); this call's \
-         results are void and the device now orders dispatches with barriers: repeat the call"
+         results are void, and recordings made from now on use barriers: repeat \
+         the call in a new session"
     )]
     HandoffTimeout,
     /// The memory allocator failed for a reason other than exhaustion.

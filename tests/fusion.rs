@@ -15,14 +15,13 @@ mod common;
 use std::sync::Arc;
 
 use combs::formats::gguf::GgufFile;
-use combs::gpu::{DeviceClass, Recording};
-use combs::kv::CacheKind;
+use combs::gpu::DeviceClass;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
 use combs::ops::linear::LinearVariant;
 use combs::ops::plan::Fusion;
 use combs::quant::QuantType;
-use combs::runtime::{BatchRunner, Session, SessionOptions};
+use common::steps::{logit_rows, recorded_decode_step};
 use common::{Rng, gpu};
 
 fn load(
@@ -49,63 +48,6 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
-/// Every logit row the model produces for `prompt` in chunks of 5, then 6
-/// decode steps of `more`, then one batched decode step of `batch`
-/// sessions (forks of the prompt) each taking its own token.
-fn run(
-    model: Arc<dyn GenerativeModel>,
-    prompt: &[u32],
-    more: &[u32],
-    batch: usize,
-) -> Vec<Vec<f32>> {
-    let opts = SessionOptions {
-        n_ctx: 96,
-        n_batch: 5,
-        n_logit_rows: 5,
-        kv_kind: CacheKind::Paged,
-        page_size: 16,
-        ..Default::default()
-    };
-    let mut s = Session::new(model.clone(), &opts).expect("session");
-    let n_vocab = model.spec().n_vocab;
-    let all = s.prefill_all_logits(prompt).expect("prefill");
-    let mut rows: Vec<Vec<f32>> = all.chunks(n_vocab).map(<[f32]>::to_vec).collect();
-    for &t in more {
-        s.decode(t).expect("decode");
-        rows.push(s.logits().to_vec());
-    }
-    let mut forks: Vec<Session> = (0..batch).map(|_| s.fork().expect("fork")).collect();
-    let tokens: Vec<u32> = (0..batch).map(|i| more[i % more.len()]).collect();
-    let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
-    BatchRunner::new(model)
-        .decode(&mut refs, &tokens)
-        .expect("batched decode");
-    rows.extend(forks.iter().map(|f| f.logits().to_vec()));
-    rows
-}
-
-/// Dispatches of one recorded decode step of a fresh contiguous session.
-fn decode_dispatches(model: &Arc<dyn GenerativeModel>) -> usize {
-    let cache = model
-        .create_kv_cache(&combs::kv::CacheConfig::contiguous(8))
-        .expect("cache");
-    let scratch = model.create_scratch(1, 1).expect("scratch");
-    scratch.ids().write_slice(0, &[1i32]).expect("ids");
-    scratch
-        .positions()
-        .write_slice(0, &[0i32])
-        .expect("positions");
-    let mut rec = Recording::new(model.context(), false).expect("recording");
-    model.record_embed(&mut rec, &scratch, 1).expect("embed");
-    model
-        .record_blocks(&mut rec, &scratch, cache.as_ref(), 1)
-        .expect("blocks");
-    model
-        .record_logits(&mut rec, &scratch, 0, 1, 0)
-        .expect("logits");
-    rec.n_dispatches()
-}
-
 fn check(arch: &str) {
     let mut rng = Rng::fresh(&format!("fusion_{arch}"));
     let mut cfg = SynthConfig::preset("tiny", QuantType::Q8_0).expect("preset");
@@ -121,7 +63,10 @@ fn check(arch: &str) {
     for plan_as in [None, Some(DeviceClass::Gpu)] {
         let fused = load(&cfg, Fusion::On, plan_as);
         let unfused = load(&cfg, Fusion::Off, plan_as);
-        let (nf, nu) = (decode_dispatches(&fused), decode_dispatches(&unfused));
+        let (nf, nu) = (
+            recorded_decode_step(&fused).n_dispatches(),
+            recorded_decode_step(&unfused).n_dispatches(),
+        );
         eprintln!("{arch} planned as {plan_as:?}: {nf} dispatches per decode step fused, {nu} not");
         if plan_as == Some(DeviceClass::Gpu) {
             assert!(
@@ -135,8 +80,8 @@ fn check(arch: &str) {
             );
         }
         for batch in [4, 12] {
-            let a = run(fused.clone(), &prompt, &more, batch);
-            let b = run(unfused.clone(), &prompt, &more, batch);
+            let a = logit_rows(fused.clone(), &prompt, &more, batch);
+            let b = logit_rows(unfused.clone(), &prompt, &more, batch);
             assert_eq!(a.len(), b.len());
             let n_single = prompt.len() + more.len();
             for (i, (x, y)) in a.iter().zip(&b).enumerate() {

@@ -20,14 +20,14 @@ use std::sync::Arc;
 
 use combs::ModelError;
 use combs::formats::gguf::GgufFile;
-use combs::gpu::{DeviceClass, Fault, GpuContext, Recording};
-use combs::kv::CacheKind;
+use combs::gpu::{DeviceClass, Fault, GpuContext};
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
 use combs::ops::act_round::Numerics;
 use combs::ops::plan::IntDot;
 use combs::quant::QuantType;
-use combs::runtime::{BatchRunner, Session, SessionOptions};
+use combs::runtime::{Session, SessionOptions};
+use common::steps::{logit_rows, recorded_decode_step};
 use common::{Rng, gpu};
 
 fn load(ctx: &Arc<GpuContext>, g: &GgufFile, numerics: Numerics) -> Arc<dyn GenerativeModel> {
@@ -38,62 +38,6 @@ fn load(ctx: &Arc<GpuContext>, g: &GgufFile, numerics: Numerics) -> Arc<dyn Gene
         ..LoadOptions::default()
     };
     ModelRegistry::new().load(ctx, g, &opts).expect("load")
-}
-
-/// Every logit row for `prompt` in chunks of 5, then decode steps of
-/// `more`, then one batched step of `batch` forks.
-fn run(
-    model: Arc<dyn GenerativeModel>,
-    prompt: &[u32],
-    more: &[u32],
-    batch: usize,
-) -> Vec<Vec<f32>> {
-    let opts = SessionOptions {
-        n_ctx: 96,
-        n_batch: 5,
-        n_logit_rows: 5,
-        kv_kind: CacheKind::Paged,
-        page_size: 16,
-        ..Default::default()
-    };
-    let mut s = Session::new(model.clone(), &opts).expect("session");
-    let n_vocab = model.spec().n_vocab;
-    let all = s.prefill_all_logits(prompt).expect("prefill");
-    let mut rows: Vec<Vec<f32>> = all.chunks(n_vocab).map(<[f32]>::to_vec).collect();
-    for &t in more {
-        s.decode(t).expect("decode");
-        rows.push(s.logits().to_vec());
-    }
-    let mut forks: Vec<Session> = (0..batch).map(|_| s.fork().expect("fork")).collect();
-    let tokens: Vec<u32> = (0..batch).map(|i| more[i % more.len()]).collect();
-    let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
-    BatchRunner::new(model)
-        .decode(&mut refs, &tokens)
-        .expect("batched decode");
-    rows.extend(forks.iter().map(|f| f.logits().to_vec()));
-    rows
-}
-
-/// (dispatches, barriers, hand-offs) of one recorded decode step.
-fn decode_step(model: &Arc<dyn GenerativeModel>) -> (usize, usize, usize) {
-    let cache = model
-        .create_kv_cache(&combs::kv::CacheConfig::contiguous(8))
-        .expect("cache");
-    let scratch = model.create_scratch(1, 1).expect("scratch");
-    scratch.ids().write_slice(0, &[1i32]).expect("ids");
-    scratch
-        .positions()
-        .write_slice(0, &[0i32])
-        .expect("positions");
-    let mut rec = Recording::new(model.context(), false).expect("recording");
-    model.record_embed(&mut rec, &scratch, 1).expect("embed");
-    model
-        .record_blocks(&mut rec, &scratch, cache.as_ref(), 1)
-        .expect("blocks");
-    model
-        .record_logits(&mut rec, &scratch, 0, 1, 0)
-        .expect("logits");
-    (rec.n_dispatches(), rec.n_barriers(), rec.n_handoffs())
 }
 
 #[test]
@@ -122,8 +66,9 @@ fn handed_off_dispatches_match_barriers_bit_for_bit() {
         let more: Vec<u32> = (0..4).map(|_| rng.below(cfg.n_vocab) as u32).collect();
         for numerics in [Numerics::Exact, Numerics::LlamaCppCpu] {
             let (a, b) = (load(&on, &g, numerics), load(&off, &g, numerics));
-            let (da, ba, ha) = decode_step(&a);
-            let (db, bb, hb) = decode_step(&b);
+            let (ra, rb) = (recorded_decode_step(&a), recorded_decode_step(&b));
+            let (da, ba, ha) = (ra.n_dispatches(), ra.n_barriers(), ra.n_handoffs());
+            let (db, bb, hb) = (rb.n_dispatches(), rb.n_barriers(), rb.n_handoffs());
             eprintln!(
                 "{arch} {t:?} {numerics:?}: a decode step of {da} dispatches has {ba} barriers \
                  and {ha} hand-offs handing off, {bb} barriers without"
@@ -138,8 +83,8 @@ fn handed_off_dispatches_match_barriers_bit_for_bit() {
                  {ba} barriers against {bb}"
             );
             for batch in [2, 6, 12, 40] {
-                let x = run(a.clone(), &prompt, &more, batch);
-                let y = run(b.clone(), &prompt, &more, batch);
+                let x = logit_rows(a.clone(), &prompt, &more, batch);
+                let y = logit_rows(b.clone(), &prompt, &more, batch);
                 assert_eq!(x.len(), y.len());
                 for (i, (r, s)) in x.iter().zip(&y).enumerate() {
                     let same = r.iter().zip(s).all(|(p, q)| p.to_bits() == q.to_bits());
@@ -155,9 +100,9 @@ fn handed_off_dispatches_match_barriers_bit_for_bit() {
 
 /// A waiter whose predecessor never finishes (an injected stall: the wait
 /// slot no dispatch completes) gives up, and the call fails with
-/// `HandoffTimeout` instead of hanging or returning what it computed; the
-/// device then orders dispatches with barriers, and the repeated call
-/// gives the logits a context that never handed off gives.
+/// `HandoffTimeout` instead of hanging or returning what it computed;
+/// recordings made after it use barriers, and the call repeated in a new
+/// session gives the logits a context that never handed off gives.
 #[test]
 fn a_stalled_handoff_fails_the_call_and_barriers_take_over() {
     let ctx = GpuContext::new(None).expect("a second context on the test device");

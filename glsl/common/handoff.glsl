@@ -5,24 +5,28 @@
 // driver launches the next grid while the last one finishes, and its
 // workgroups wait here until every workgroup before has counted itself.
 //
-// Included after the kernel's own bindings, before its body, which it
-// names kernel_main(). With HANDOFF defined (HANDOFF_BINDING: the first of
-// the two bindings it adds), main() waits on slot `wait` (binding
-// HANDOFF_BINDING: [count, done, -, -]) until its `done` word is
-// set, runs kernel_main(), then counts the workgroup in slot `own`
+// Included before the kernel's body, which it names kernel_main(). With
+// HANDOFF defined (and HANDOFF_BINDING, the first of the three bindings it
+// adds after the kernel's own: build/kernels.rs), main() waits on slot
+// `wait` (binding HANDOFF_BINDING: [count, done, -, -]) until its `done`
+// word is set, runs kernel_main(), then counts the workgroup in slot `own`
 // (HANDOFF_BINDING + 1), whose last workgroup sets `done`. HCOHERENT
 // qualifies what earlier dispatches of the chain wrote (activations, the
-// K/V cache): read past the SM's L1, which no barrier invalidates here.
+// new K/V rows, sums of squares): read past the SM's L1, which no barrier
+// invalidates here.
 // Without HANDOFF, kernel_main() is main() and HCOHERENT nothing.
 //
-// The wait is bounded (~1 s on an H200): a grid that never finishes (a driver that
-// ran the waiters first on every SM) sets the fault word (binding
+// The wait is bounded (~1 s on an H200): a grid that never finishes (a
+// driver that ran the waiters first on every SM) sets the fault word (binding
 // HANDOFF_BINDING + 2, host-visible; a plain store, since atomics may not
 // reach host memory) and goes on rather than hanging the device; the host
 // checks the word after each submission and fails the call (ModelError::
-// HandoffTimeout), turning hand-offs off for the device.
+// HandoffTimeout), turning hand-offs off for later recordings.
 
 #ifdef HANDOFF
+#ifndef HANDOFF_BINDING
+#error "a hand-off twin needs HANDOFF_BINDING (build/kernels.rs)"
+#endif
 #define HCOHERENT coherent
 layout(binding = HANDOFF_BINDING) volatile coherent buffer HandoffWait { uint handoff_wait[]; };
 layout(binding = HANDOFF_BINDING + 1) coherent buffer HandoffOwn { uint handoff_own[]; };

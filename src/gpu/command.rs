@@ -260,9 +260,7 @@ impl Recording {
         .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
         self.steps.push(Step::Commands(self.cmd));
         if let Some(c) = &mut self.chain {
-            c.next = 1;
-            c.last = None;
-            c.cleared = false;
+            c.restart();
         }
         self.written.clear();
         self.read.clear();
@@ -563,8 +561,8 @@ impl Recording {
     /// of the chain's previous dispatch (or starting a chain after a full
     /// barrier) and counting itself in a slot of its own: bindings up to
     /// `base` are the dispatch's own (padded with its first), `base` and
-    /// `base + 1` the two slots, `base + 2` the fault word. False (nothing recorded) once this
-    /// command buffer has used every slot.
+    /// `base + 1` the two slots, `base + 2` the fault word. False (nothing
+    /// recorded) once this command buffer has used every slot.
     fn dispatch_handoff(
         &mut self,
         twin: Kernel,
@@ -587,10 +585,15 @@ impl Recording {
         if self.chain.is_none() {
             self.chain = Some(Chain::new(&self.ctx)?);
         }
-        let (slots, fault, cleared, wait, own) = match &self.chain {
-            Some(c) if c.next < super::handoff::SLOTS - 1 => {
-                (c.buffer.clone(), c.fault.clone(), c.cleared, c.last, c.next)
-            }
+        let (slots, fault, stride, cleared, wait, own) = match &self.chain {
+            Some(c) if c.next < super::handoff::SLOTS - 1 => (
+                c.buffer.clone(),
+                c.fault.clone(),
+                c.stride,
+                c.cleared(),
+                c.last,
+                c.next,
+            ),
             _ => return Ok(false),
         };
         if !cleared {
@@ -604,7 +607,6 @@ impl Recording {
             // dispatches are ordered only after their predecessor.
             self.barrier();
         }
-        let stride = self.chain.as_ref().map_or(16, |c| c.stride);
         // An injected stall: the last slot, which no dispatch completes.
         let wait_slot = match wait {
             Some(_) if self.ctx.take_handoff_stall() => super::handoff::SLOTS - 1,
@@ -630,7 +632,6 @@ impl Recording {
             self.n_handoffs += 1;
         }
         if let Some(c) = &mut self.chain {
-            c.cleared = true;
             c.last = Some(own);
             c.next = own + 1;
         }
@@ -962,17 +963,17 @@ impl Recording {
     }
 
     /// Fails the submission if a hand-off waiter gave up on its
-    /// predecessor (the fault word it sets), and turns hand-offs off for
-    /// the device: the chain's order was not kept, so nothing it computed
-    /// can be trusted.
-    fn check_handoff(&mut self) -> Result<()> {
+    /// predecessor (the fault word it sets; cleared again at the start of
+    /// every command buffer that hands off), and turns hand-offs off for
+    /// recordings made from then on: the chain's order was not kept, so
+    /// nothing it computed can be trusted.
+    fn check_handoff(&self) -> Result<()> {
         let Some(c) = &self.chain else {
             return Ok(());
         };
         let mut word = [0u32; 1];
         c.fault.read_slice(0, &mut word)?;
         if word[0] != 0 {
-            c.fault.write_slice(0, &[0u32])?;
             self.ctx.set_handoff(false);
             return Err(ModelError::HandoffTimeout);
         }

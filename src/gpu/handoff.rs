@@ -50,8 +50,6 @@ pub(crate) struct Chain {
     pub next: u32,
     /// The previous dispatch's slot while the chain goes on.
     pub last: Option<u32>,
-    /// Whether this command buffer has cleared the slots.
-    pub cleared: bool,
 }
 
 impl Chain {
@@ -74,7 +72,18 @@ impl Chain {
             stride,
             next: 1,
             last: None,
-            cleared: false,
         })
+    }
+
+    /// Whether this command buffer has cleared the slots: it has given
+    /// one out.
+    pub fn cleared(&self) -> bool {
+        self.next > 1
+    }
+
+    /// Starts over in a new command buffer (which clears the slots again).
+    pub fn restart(&mut self) {
+        self.next = 1;
+        self.last = None;
     }
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod steps;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
