@@ -127,7 +127,10 @@ fn a_stalled_handoff_fails_the_call_and_barriers_take_over() {
     ctx.inject_fault(Fault::HandoffStall);
     let e = s.decode(token).expect_err("a stalled chain fails the call");
     assert!(
-        matches!(e.root(), ModelError::HandoffTimeout),
+        matches!(
+            e.root(),
+            ModelError::HandoffTimeout { counted: 0, of: 0 }
+        ),
         "not a hand-off timeout: {e}"
     );
     assert!(!ctx.handoff(), "hand-offs still on after a timeout");

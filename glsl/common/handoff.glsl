@@ -8,7 +8,7 @@
 // Included before the kernel's body, which it names kernel_main(). With
 // HANDOFF defined (and HANDOFF_BINDING, the first of the three bindings it
 // adds after the kernel's own: build/kernels.rs), main() waits on slot
-// `wait` (binding HANDOFF_BINDING: [count, done, -, -]) until its `done`
+// `wait` (binding HANDOFF_BINDING: [count, done, workgroups, -]) until its `done`
 // word is set, runs kernel_main(), then counts the workgroup in slot `own`
 // (HANDOFF_BINDING + 1), whose last workgroup sets `done`. HCOHERENT
 // qualifies what earlier dispatches of the chain wrote (activations, the
@@ -27,21 +27,35 @@
 #ifndef HANDOFF_BINDING
 #error "a hand-off twin needs HANDOFF_BINDING (build/kernels.rs)"
 #endif
+#extension GL_KHR_memory_scope_semantics : enable
 #define HCOHERENT coherent
-layout(binding = HANDOFF_BINDING) volatile coherent buffer HandoffWait { uint handoff_wait[]; };
+layout(binding = HANDOFF_BINDING) coherent buffer HandoffWait { uint handoff_wait[]; };
 layout(binding = HANDOFF_BINDING + 1) coherent buffer HandoffOwn { uint handoff_own[]; };
 layout(binding = HANDOFF_BINDING + 2) volatile coherent buffer HandoffFault { uint handoff_fault[]; };
+
+// Every access to the slots is atomic (the fault word's are not: it lives
+// in host memory, which atomics may not reach). NVIDIA's compiler read a
+// volatile coherent word once and spun on that (the H100 timed out with
+// the predecessor long finished); an atomicLoad never saw the injected
+// stall on lavapipe: reads are atomicOr with 0.
+uint handoff_load(uint i) {
+    return atomicOr(handoff_wait[i], 0u);
+}
 
 const uint HANDOFF_MAX_SPINS = 1u << 22;
 
 void kernel_main();
 
 void main() {
+    const uint total = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
     if (gl_LocalInvocationIndex == 0u) {
+        // Word 2 of the own slot: started, and of how many workgroups (what
+        // a waiter that gives up reports).
+        atomicExchange(handoff_own[2], total);
         uint spins = 0u;
         // Once one waiter gave up, the others do too (the word is read
         // every 256 spins).
-        while (handoff_wait[1] == 0u && spins < HANDOFF_MAX_SPINS) {
+        while (handoff_load(1u) == 0u && spins < HANDOFF_MAX_SPINS) {
             spins++;
             if ((spins & 255u) == 0u && handoff_fault[0] != 0u) {
                 break;
@@ -49,7 +63,9 @@ void main() {
         }
         // Not "spins reached the bound": lavapipe left this loop after
         // 65535 iterations, whatever its condition said.
-        if (handoff_wait[1] == 0u) {
+        if (handoff_load(1u) == 0u) {
+            handoff_fault[1] = handoff_load(0u);
+            handoff_fault[2] = handoff_load(2u);
             handoff_fault[0] = 1u;
         }
     }
@@ -59,7 +75,6 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     if (gl_LocalInvocationIndex == 0u) {
-        const uint total = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
         if (atomicAdd(handoff_own[0], 1u) + 1u == total) {
             memoryBarrierBuffer();
             atomicExchange(handoff_own[1], 1u);

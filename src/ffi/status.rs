@@ -62,7 +62,7 @@ impl From<&ModelError> for combs_status {
             | ModelError::Vulkan { .. }
             | ModelError::Allocation { .. }
             | ModelError::DeviceLost { .. }
-            | ModelError::HandoffTimeout => COMBS_ERR_DEVICE,
+            | ModelError::HandoffTimeout { .. } => COMBS_ERR_DEVICE,
             ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }

@@ -542,7 +542,11 @@ impl Recording {
     /// The hand-off twin of `kernel` and the binding of its first slot,
     /// where the device hands off ([`super::handoff`]).
     fn handoff_twin(&self, kernel: Kernel) -> Option<(Kernel, u32)> {
-        if self.handoff { kernel.handoff() } else { None }
+        if self.handoff && super::handoff::kernel_allowed(kernel.name()) {
+            kernel.handoff()
+        } else {
+            None
+        }
     }
 
     /// In a survey, notes the pipeline the twin of a dispatch uses.
@@ -971,11 +975,14 @@ impl Recording {
         let Some(c) = &self.chain else {
             return Ok(());
         };
-        let mut word = [0u32; 1];
+        let mut word = [0u32; 3];
         c.fault.read_slice(0, &mut word)?;
         if word[0] != 0 {
             self.ctx.set_handoff(false);
-            return Err(ModelError::HandoffTimeout);
+            return Err(ModelError::HandoffTimeout {
+                counted: word[1],
+                of: word[2],
+            });
         }
         Ok(())
     }

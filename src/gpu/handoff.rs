@@ -28,6 +28,28 @@ pub fn requested() -> bool {
     std::env::var(HANDOFF_ENV).is_ok_and(|v| v == "1")
 }
 
+/// The environment's filter on which kernels hand off (for finding the one
+/// a driver mishandles): `COMBS_HANDOFF_KERNELS=matvec,rms_norm` lets only
+/// kernels whose names start with one of the entries hand off,
+/// `COMBS_HANDOFF_KERNELS=-matmul_coop` all but those.
+pub const HANDOFF_KERNELS_ENV: &str = "COMBS_HANDOFF_KERNELS";
+
+/// Whether [`HANDOFF_KERNELS_ENV`] lets the kernel named `name` hand off.
+pub(crate) fn kernel_allowed(name: &str) -> bool {
+    static FILTER: std::sync::OnceLock<(Vec<String>, Vec<String>)> = std::sync::OnceLock::new();
+    let (only, not) = FILTER.get_or_init(|| {
+        let v = std::env::var(HANDOFF_KERNELS_ENV).unwrap_or_default();
+        let entries = v.split(',').map(str::trim).filter(|e| !e.is_empty());
+        let (not, only): (Vec<&str>, Vec<&str>) = entries.partition(|e| e.starts_with('-'));
+        (
+            only.iter().map(|e| e.to_string()).collect(),
+            not.iter().map(|e| e[1..].to_string()).collect(),
+        )
+    });
+    (only.is_empty() || only.iter().any(|e| name.starts_with(e.as_str())))
+        && !not.iter().any(|e| name.starts_with(e.as_str()))
+}
+
 /// Slots per command buffer (slot 0 is always done: a chain's first
 /// dispatch waits on it; the last is never given out, so it never
 /// completes: [`super::Fault::HandoffStall`] waits on it). Past them,
