@@ -304,39 +304,7 @@ pub fn kernels() -> Vec<KernelDef> {
             &[(d, "1")],
         ));
     }
-    let twins: Vec<KernelDef> = k
-        .iter()
-        .filter_map(|d| handoff_binding(d.file).map(|b| (d, b)))
-        .map(|(d, b)| {
-            let mut defines = d.defines.clone();
-            defines.push(("HANDOFF".into(), "1".into()));
-            defines.push(("HANDOFF_BINDING".into(), b.to_string()));
-            KernelDef {
-                name: format!("{}_handoff", d.name),
-                file: d.file,
-                defines,
-                vulkan13: d.vulkan13,
-            }
-        })
-        .collect();
-    k.extend(twins);
     k
-}
-
-/// The kernels built twice, once with `glsl/common/handoff.glsl`'s wait
-/// and count (`<name>_handoff`): those a decode step chains. The value is
-/// the binding of the twin's first hand-off slot, past the file's own
-/// bindings (the twin's `HANDOFF_BINDING` define).
-pub fn handoff_binding(file: &str) -> Option<u32> {
-    match file {
-        "matvec.comp" | "matvec_q8.comp" | "matmul_coop.comp" => Some(7),
-        "matmul_skinny.comp" => Some(9),
-        "rms_norm.comp" | "topk.comp" => Some(3),
-        "attention.comp" => Some(11),
-        "get_rows.comp" => Some(3),
-        "copy.comp" => Some(2),
-        _ => None,
-    }
 }
 
 fn camel(name: &str) -> String {
@@ -393,24 +361,6 @@ pub fn enum_source(table: &[KernelDef]) -> String {
         );
     }
     s.push_str("        }\n    }\n");
-    s.push_str(
-        "\n    /// The twin that waits for the dispatch before it through memory\n    /// instead of a barrier (`glsl/common/handoff.glsl`), and the binding of\n    /// its first hand-off slot; `None` for kernels built without one.\n",
-    );
-    s.push_str("    pub fn handoff(self) -> Option<(Kernel, u32)> {\n        match self {\n");
-    for k in table {
-        if k.name.ends_with("_handoff") {
-            continue;
-        }
-        if let Some(b) = handoff_binding(k.file) {
-            let _ = writeln!(
-                s,
-                "            Kernel::{} => Some((Kernel::{}Handoff, {b})),",
-                camel(&k.name),
-                camel(&k.name)
-            );
-        }
-    }
-    s.push_str("            _ => None,\n        }\n    }\n");
     for fam in PER_WEIGHT {
         let _ = writeln!(
             s,

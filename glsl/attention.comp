@@ -49,22 +49,20 @@ layout(constant_id = 5) const uint NSPLIT = 2; // workgroups per (token, head)
 const uint NSPLIT = 1u;
 #endif
 
-#include "common/handoff.glsl"
-
-layout(binding = 0) HCOHERENT readonly buffer Q { float data_q[]; };
+layout(binding = 0) readonly buffer Q { float data_q[]; };
 layout(binding = 1) buffer K { uint data_k[]; };
 layout(binding = 2) buffer V { uint data_v[]; };
 #if defined(O_F16)
 // The output as f16: the output projection's input in batched decode.
-layout(binding = 3) HCOHERENT writeonly buffer O { float16_t data_o[]; };
+layout(binding = 3) writeonly buffer O { float16_t data_o[]; };
 #else
-layout(binding = 3) HCOHERENT writeonly buffer O { float data_o[]; };
+layout(binding = 3) writeonly buffer O { float data_o[]; };
 #endif
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer S { int page_table[]; };
 layout(binding = 6) readonly buffer T { int seq_base[]; };
-layout(binding = 7) HCOHERENT readonly buffer KN { float data_kn[]; };
-layout(binding = 8) HCOHERENT readonly buffer VN { float data_vn[]; };
+layout(binding = 7) readonly buffer KN { float data_kn[]; };
+layout(binding = 8) readonly buffer VN { float data_vn[]; };
 #if defined(ATTN_SPLIT)
 // Splits done per (token, head), zero between dispatches.
 layout(binding = 9) coherent buffer C { uint data_c[]; };
@@ -88,7 +86,7 @@ shared float s_pw[NSPLIT];
 shared bool s_last;
 #endif
 
-void kernel_main() {
+void main() {
     const uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (wg >= p.n_tokens * p.n_head * NSPLIT) {
         return;

@@ -6,19 +6,17 @@
 
 layout(local_size_x_id = 0) in;
 
-#include "common/handoff.glsl"
-
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 layout(binding = 1) readonly buffer I { int ids[]; };
-layout(binding = 2) HCOHERENT writeonly buffer D { vec4 data_d[]; };
+layout(binding = 2) writeonly buffer D { vec4 data_d[]; };
 
 #include "iface/get_rows.glsl"
 
 #include "common/dequant.glsl"
 
-void kernel_main() {
+void main() {
     const uint tok = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (tok >= p.n_tokens) {
         return;

@@ -61,20 +61,18 @@ const uint X_REGS = X_VECS > 2u * X_PAIRS ? X_VECS : 2u * X_PAIRS;
 const uint X_REGS = X_VECS;
 #endif
 
-#include "common/handoff.glsl"
-
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 #if defined(X_F16)
-layout(binding = 1) HCOHERENT readonly buffer X { f16vec4 data_xh4[]; };
+layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
 #if defined(X_IN_PAIRS)
-layout(binding = 1) HCOHERENT readonly buffer X8 { uvec4 data_xu4[]; };
+layout(binding = 1) readonly buffer X8 { uvec4 data_xu4[]; };
 #endif
 #else
-layout(binding = 1) HCOHERENT readonly buffer X { vec4 data_x4[]; };
+layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 #endif
-layout(binding = 2) HCOHERENT buffer D { float data_d[]; };
+layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
 #include "iface/coop.glsl"
@@ -83,7 +81,7 @@ layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
 #if defined(X_F16)
 // The f16 alias of D: gated outputs for the next product's f16 input.
-layout(binding = 6) HCOHERENT buffer DH { float16_t data_dh[]; };
+layout(binding = 6) buffer DH { float16_t data_dh[]; };
 #define COOP_OUT_F16 1
 #endif
 
@@ -296,7 +294,7 @@ void store_step(uint tid) {
     }
 }
 
-void kernel_main() {
+void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint row0 = gl_WorkGroupID.x * BM;
     const uint tok0 = gl_WorkGroupID.y * BN;

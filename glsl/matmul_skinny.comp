@@ -60,25 +60,23 @@ const uint KM = BK / 16u;           // B matrices per chunk
 // over banks (cooperative-matrix loads need strides of whole 16 bytes).
 const uint S4 = (BK + 8u) / 4u;
 
-#include "common/handoff.glsl"
-
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
 #if defined(X_F16)
-layout(binding = 1) HCOHERENT readonly buffer X { f16vec4 data_xh4[]; };
+layout(binding = 1) readonly buffer X { f16vec4 data_xh4[]; };
 #else
-layout(binding = 1) HCOHERENT readonly buffer X { vec4 data_x4[]; };
+layout(binding = 1) readonly buffer X { vec4 data_x4[]; };
 #endif
-layout(binding = 2) HCOHERENT buffer D { float data_d[]; };
+layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 
 #include "iface/skinny.glsl"
 
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
-layout(binding = 6) HCOHERENT buffer DH { float16_t data_dh[]; };
-layout(binding = 7) HCOHERENT buffer SQ { float data_sq[]; };
+layout(binding = 6) buffer DH { float16_t data_dh[]; };
+layout(binding = 7) buffer SQ { float data_sq[]; };
 layout(binding = 8) readonly buffer NW { vec4 data_nw4[]; };
 #define COOP_OUT_F16 1
 
@@ -195,7 +193,7 @@ vec4 norm_weight(uint col) {
     return w;
 }
 
-void kernel_main() {
+void main() {
     const uint tid = gl_LocalInvocationID.x;
     const uint sg = tid / SUBGROUP;
     const uint lane = tid % SUBGROUP;

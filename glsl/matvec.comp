@@ -45,13 +45,11 @@ layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one 
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
 layout(constant_id = 6) const uint XSV = 1;       // > 1: x staged in shared memory, XSV vec4s (whole units) at a time
 
-#include "common/handoff.glsl"
-
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #define A4_LOADS 1   // common/dequant.glsl loads whole uvec4s
-layout(binding = 1) HCOHERENT readonly buffer X { vec4 data_x[]; };
-layout(binding = 2) HCOHERENT buffer D { float data_d[]; };
+layout(binding = 1) readonly buffer X { vec4 data_x[]; };
+layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 layout(binding = 4) readonly buffer N { vec4 data_norm[]; };
 layout(binding = 5) readonly buffer P { int data_pos[]; };
@@ -328,7 +326,7 @@ uint xs_slot(uint v) {
     return v ^ ((v / UVEC4) & 7u);
 }
 
-void kernel_main() {
+void main() {
     const uint RG = gl_WorkGroupSize.x / (TPR * KS);
     const uint rows_per_wg = RG * NR;
     const uint wgl = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;

@@ -57,18 +57,16 @@ layout(constant_id = 4) const uint KS = 1;        // slices of the columns, one 
 layout(constant_id = 5) const uint UN = 1;        // units per lane per iteration (loads in flight)
 layout(constant_id = 6) const uint XU = 1;        // X_F32: units of x quantized into shared memory
 
-#include "common/handoff.glsl"
-
 layout(binding = 0) readonly buffer A { uint data_a[]; };
 layout(binding = 0) readonly buffer A4 { uvec4 data_a4[]; };
 #if defined(X_F32)
-layout(binding = 1) HCOHERENT readonly buffer XF { vec4 data_xf[]; };
+layout(binding = 1) readonly buffer XF { vec4 data_xf[]; };
 layout(binding = 6) readonly buffer NW { vec4 data_norm[]; };
 #else
-layout(binding = 1) HCOHERENT readonly buffer X { uint data_xw[]; };
-layout(binding = 1) HCOHERENT readonly buffer X4 { uvec4 data_x4[]; };
+layout(binding = 1) readonly buffer X { uint data_xw[]; };
+layout(binding = 1) readonly buffer X4 { uvec4 data_x4[]; };
 #endif
-layout(binding = 2) HCOHERENT buffer D { float data_d[]; };
+layout(binding = 2) buffer D { float data_d[]; };
 layout(binding = 3) readonly buffer B { float data_bias[]; };
 layout(binding = 4) readonly buffer P { int data_pos[]; };
 layout(binding = 5) readonly buffer F { float inv_freq[]; };
@@ -334,7 +332,7 @@ void quantize_row(const uint xv, const uint units) {
 #define X_SC(u) data_xw[xsc + (u)]
 #endif
 
-void kernel_main() {
+void main() {
     const uint RG = gl_WorkGroupSize.x / (TPR * KS);
     const uint rows_per_wg = RG * NR;
     const uint wgl = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;

@@ -16,14 +16,12 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SUBGROUP = 32;
 
-#include "common/handoff.glsl"
-
-layout(binding = 0) HCOHERENT readonly buffer X { float data_x[]; };
+layout(binding = 0) readonly buffer X { float data_x[]; };
 layout(binding = 1) readonly buffer W { float data_w[]; };
 #if defined(OUT_F16)
-layout(binding = 2) HCOHERENT buffer D { float16_t data_d[]; };
+layout(binding = 2) buffer D { float16_t data_d[]; };
 #else
-layout(binding = 2) HCOHERENT buffer D { float data_d[]; };
+layout(binding = 2) buffer D { float data_d[]; };
 #endif
 
 #include "iface/rms_norm.glsl"
@@ -50,7 +48,7 @@ void store(uint o, uint i, float xhat) {
 #endif
 }
 
-void kernel_main() {
+void main() {
     const uint row = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (row >= p.n_rows) {
         return;

@@ -32,11 +32,9 @@ layout(constant_id = 1) const uint PER = 32;   // values per invocation (first p
 layout(constant_id = 2) const uint NSUB = 4;   // the most subgroups of a workgroup
 layout(constant_id = 3) const uint OWN = 16;   // lists per invocation (merge)
 
-#include "common/handoff.glsl"
-
-layout(binding = 0) HCOHERENT readonly buffer X { float data_x[]; };
-layout(binding = 1) HCOHERENT readonly buffer C { uvec2 data_in[]; };
-layout(binding = 2) HCOHERENT writeonly buffer O { uvec2 data_out[]; };
+layout(binding = 0) readonly buffer X { float data_x[]; };
+layout(binding = 1) readonly buffer C { uvec2 data_in[]; };
+layout(binding = 2) writeonly buffer O { uvec2 data_out[]; };
 
 #include "iface/topk.glsl"
 
@@ -69,7 +67,7 @@ uvec2 entry(const uvec2 e) {
     return uvec2(key, key == 0u ? NONE : e.y);
 }
 
-void kernel_main() {
+void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.x;
     const uint lists = p.width;
@@ -139,7 +137,7 @@ void kernel_main() {
 const uint GS = 8u;          // keys per group (PER a multiple of it)
 const uint NG = PER / GS;
 
-void kernel_main() {
+void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.y;
     const uint c0 = gl_WorkGroupID.x * p.chunk;

@@ -166,24 +166,6 @@ pub enum ModelError {
         /// Where the loss was first seen (e.g. `vkQueueSubmit`).
         call: &'static str,
     },
-    /// A dispatch chained by hand-off ([`crate::gpu::handoff`]) waited too
-    /// long for the one before it to finish and went on without it (a
-    /// driver that did not launch the chain's grids in order): what that
-    /// submission computed cannot be trusted. Recordings made from then on
-    /// order dispatches with barriers (a session records its steps when it
-    /// first runs them: a new session repeats the call without hand-offs).
-    #[error(
-        "a dispatch waited too long for the one before it (hand-off; that one had \
-         counted {counted} of its {of} workgroups, 0 of 0: it had not started); this \
-         call's results are void, and recordings made from now on use barriers: \
-         repeat the call in a new session"
-    )]
-    HandoffTimeout {
-        /// Workgroups of the awaited dispatch that had finished.
-        counted: u32,
-        /// Its workgroups (0 where none had started).
-        of: u32,
-    },
     /// The memory allocator failed for a reason other than exhaustion.
     #[error("device memory allocation for {what} failed: {reason}")]
     Allocation {

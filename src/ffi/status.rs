@@ -61,8 +61,7 @@ impl From<&ModelError> for combs_status {
             ModelError::NoDevice(_)
             | ModelError::Vulkan { .. }
             | ModelError::Allocation { .. }
-            | ModelError::DeviceLost { .. }
-            | ModelError::HandoffTimeout { .. } => COMBS_ERR_DEVICE,
+            | ModelError::DeviceLost { .. } => COMBS_ERR_DEVICE,
             ModelError::Internal(_) | ModelError::KernelUnsupported { .. } => COMBS_ERR_INTERNAL,
             ModelError::Context { source, .. } => combs_status::from(source.as_ref()),
         }

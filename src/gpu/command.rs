@@ -19,7 +19,6 @@ use rayon::prelude::*;
 use super::binding::{Access, Binding, groups_1d};
 use super::buffer::Buffer;
 use super::context::GpuContext;
-use super::handoff::Chain;
 use super::host::{HostMem, HostStep};
 use super::kernels::Kernel;
 use super::pipeline::{Pipeline, get_pipeline};
@@ -30,7 +29,7 @@ use crate::error::{ModelError, Result};
 pub const ELEMENTWISE_WG: u32 = 256;
 
 const SETS_PER_POOL: u32 = 256;
-const MAX_BINDINGS_PER_SET: u32 = 16;
+const MAX_BINDINGS_PER_SET: u32 = 12;
 const MAX_TIMESTAMPS: u32 = 2048;
 
 /// A replayable command buffer and everything it references.
@@ -62,8 +61,6 @@ pub struct Recording {
     n_dispatches: usize,
     n_barriers: usize,
     n_host_steps: usize,
-    /// Dispatches that waited on the one before through memory.
-    n_handoffs: usize,
     /// A survey ([`Recording::survey`]): the pipelines dispatches would
     /// use, collected instead of recorded.
     survey: Option<Vec<SurveyedPipeline>>,
@@ -74,12 +71,6 @@ pub struct Recording {
     unordered_read: HashSet<vk::Buffer>,
     /// Pipeline stages of those accesses.
     unordered_stages: vk::PipelineStageFlags,
-    /// Hand-off slots and the chain's state, once a dispatch hands off
-    /// ([`super::handoff`]).
-    chain: Option<Chain>,
-    /// Whether dispatches with a twin hand off (the device's default,
-    /// [`Recording::set_handoff`]).
-    handoff: bool,
 }
 
 /// What [`get_pipeline`] takes, as a survey collects it.
@@ -190,13 +181,10 @@ impl Recording {
             n_dispatches: 0,
             n_barriers: 0,
             n_host_steps: 0,
-            n_handoffs: 0,
             survey: None,
             unordered_written: HashSet::new(),
             unordered_read: HashSet::new(),
             unordered_stages: vk::PipelineStageFlags::empty(),
-            chain: None,
-            handoff: ctx.handoff(),
         };
         // SAFETY: valid device.
         rec.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
@@ -259,9 +247,6 @@ impl Recording {
         }
         .map_err(|r| ModelError::vk("vkEndCommandBuffer", r))?;
         self.steps.push(Step::Commands(self.cmd));
-        if let Some(c) = &mut self.chain {
-            c.restart();
-        }
         self.written.clear();
         self.read.clear();
         self.unordered_written.clear();
@@ -286,16 +271,6 @@ impl Recording {
         self.steps.push(Step::Host(step));
         self.n_host_steps += 1;
         Ok(())
-    }
-
-    /// Whether later dispatches of kernels with a hand-off twin wait for the
-    /// one before through memory instead of a barrier
-    /// ([`super::handoff`]; the device's default: `COMBS_HANDOFF=1`).
-    pub fn set_handoff(&mut self, on: bool) {
-        if !on {
-            self.end_chain();
-        }
-        self.handoff = on;
     }
 
     /// The context this recording belongs to.
@@ -457,19 +432,10 @@ impl Recording {
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
-        if let Some((twin, base)) = self.handoff_twin(kernel) {
-            if self.survey.is_some() {
-                return self.survey_handoff(twin, base, spec);
-            }
-            if self.dispatch_handoff(twin, base, spec, bindings, push, groups)? {
-                return Ok(());
-            }
-        }
         if self.surveyed(kernel, spec, bindings) {
             return Ok(());
         }
-        self.end_chain();
-        let pipeline = self.prepare(kernel, spec, bindings, push, true)?;
+        let pipeline = self.prepare(kernel, spec, bindings, push)?;
         // SAFETY: recording state, pipeline bound by prepare().
         unsafe {
             self.ctx
@@ -522,12 +488,11 @@ impl Recording {
                 "indirect dispatch arguments out of range".into(),
             ));
         }
-        self.end_chain();
         // The indirect read happens before the dispatch runs, in its own
         // stage: any earlier write of the arguments needs a full barrier.
         self.track(&[args.raw()], &[], vk::PipelineStageFlags::DRAW_INDIRECT);
         self.keep(args);
-        let pipeline = self.prepare(kernel, spec, bindings, push, true)?;
+        let pipeline = self.prepare(kernel, spec, bindings, push)?;
         // SAFETY: recording state, pipeline bound, args range checked.
         unsafe {
             self.ctx
@@ -537,120 +502,6 @@ impl Recording {
         self.keep_pipelines.push(pipeline);
         self.stamp(kernel);
         Ok(())
-    }
-
-    /// The hand-off twin of `kernel` and the binding of its first slot,
-    /// where the device hands off ([`super::handoff`]).
-    fn handoff_twin(&self, kernel: Kernel) -> Option<(Kernel, u32)> {
-        if self.handoff && super::handoff::kernel_allowed(kernel.name()) {
-            kernel.handoff()
-        } else {
-            None
-        }
-    }
-
-    /// In a survey, notes the pipeline the twin of a dispatch uses.
-    fn survey_handoff(&mut self, twin: Kernel, base: u32, spec: &[u32]) -> Result<()> {
-        if let Some(keys) = &mut self.survey {
-            keys.push(SurveyedPipeline {
-                kernel: twin,
-                spec: spec.to_vec(),
-                n_bindings: base + 3,
-            });
-        }
-        Ok(())
-    }
-
-    /// Records `twin`, the hand-off twin of a dispatch, waiting on the slot
-    /// of the chain's previous dispatch (or starting a chain after a full
-    /// barrier) and counting itself in a slot of its own: bindings up to
-    /// `base` are the dispatch's own (padded with its first), `base` and
-    /// `base + 1` the two slots, `base + 2` the fault word. False (nothing
-    /// recorded) once this command buffer has used every slot.
-    fn dispatch_handoff(
-        &mut self,
-        twin: Kernel,
-        base: u32,
-        spec: &[u32],
-        bindings: &[Binding<'_>],
-        push: &[u8],
-        groups: [u32; 3],
-    ) -> Result<bool> {
-        let Some(first) = bindings.first() else {
-            return Ok(false);
-        };
-        if bindings.len() > base as usize {
-            return Err(ModelError::Internal(format!(
-                "{}: {} bindings overlap its hand-off slots at {base}",
-                twin.name(),
-                bindings.len()
-            )));
-        }
-        if self.chain.is_none() {
-            self.chain = Some(Chain::new(&self.ctx)?);
-        }
-        let (slots, fault, stride, cleared, wait, own) = match &self.chain {
-            Some(c) if c.next < super::handoff::SLOTS - 1 => (
-                c.buffer.clone(),
-                c.fault.clone(),
-                c.stride,
-                c.cleared(),
-                c.last,
-                c.next,
-            ),
-            _ => return Ok(false),
-        };
-        if !cleared {
-            // Count words 0, slot 0 done: a chain's first dispatch goes at once.
-            self.fill(&slots, 0, slots.size(), 0)?;
-            self.fill(&slots, 4, 4, 1)?;
-            self.fill(&fault, 0, fault.size(), 0)?;
-        }
-        if wait.is_none() {
-            // Whatever came before the chain finishes before it starts: its
-            // dispatches are ordered only after their predecessor.
-            self.barrier();
-        }
-        // An injected stall: the last slot, which no dispatch completes.
-        let wait_slot = match wait {
-            Some(_) if self.ctx.take_handoff_stall() => super::handoff::SLOTS - 1,
-            w => w.unwrap_or(0),
-        };
-        let mut all: Vec<Binding<'_>> = bindings.to_vec();
-        while all.len() < base as usize {
-            all.push(Binding::read(first.buffer));
-        }
-        all.push(Binding::read(&slots).range(u64::from(wait_slot) * stride, 16));
-        all.push(Binding::read(&slots).range(u64::from(own) * stride, 16));
-        all.push(Binding::read(&fault));
-        let pipeline = self.prepare(twin, spec, &all, push, wait.is_none())?;
-        // SAFETY: recording state, pipeline bound by prepare().
-        unsafe {
-            self.ctx
-                .device()
-                .cmd_dispatch(self.cmd, groups[0], groups[1], groups[2])
-        };
-        self.keep_pipelines.push(pipeline);
-        self.stamp(twin);
-        if wait.is_some() {
-            self.n_handoffs += 1;
-        }
-        if let Some(c) = &mut self.chain {
-            c.last = Some(own);
-            c.next = own + 1;
-        }
-        Ok(true)
-    }
-
-    /// Ends a hand-off chain with a full barrier, so that a command without
-    /// a twin sees everything the chain did.
-    fn end_chain(&mut self) {
-        if self.chain.as_ref().is_some_and(|c| c.last.is_some()) {
-            self.barrier();
-            if let Some(c) = &mut self.chain {
-                c.last = None;
-            }
-        }
     }
 
     /// In a survey, notes the dispatch's pipeline and says so.
@@ -668,16 +519,12 @@ impl Recording {
         }
     }
 
-    /// Binds `kernel`'s pipeline, descriptors and push constants; with
-    /// `ordered` false the dispatch is ordered by a hand-off, so its
-    /// accesses are only noted, never given a barrier.
     fn prepare(
         &mut self,
         kernel: Kernel,
         spec: &[u32],
         bindings: &[Binding<'_>],
         push: &[u8],
-        ordered: bool,
     ) -> Result<Arc<Pipeline>> {
         self.dirty = true;
         self.check_open()?;
@@ -739,13 +586,7 @@ impl Recording {
                 Access::Write => writes.push(b.buffer.raw()),
             }
         }
-        if ordered {
-            self.track(&reads, &writes, vk::PipelineStageFlags::COMPUTE_SHADER);
-        } else {
-            self.read.extend(reads);
-            self.written.extend(writes);
-            self.stages_since_barrier |= vk::PipelineStageFlags::COMPUTE_SHADER;
-        }
+        self.track(&reads, &writes, vk::PipelineStageFlags::COMPUTE_SHADER);
         for b in bindings {
             self.keep(b.buffer);
         }
@@ -807,7 +648,6 @@ impl Recording {
         dst_offset: u64,
         size: u64,
     ) -> Result<()> {
-        self.end_chain();
         self.dirty = true;
         self.check_open()?;
         let ok = src_offset + size <= src.size() && dst_offset + size <= dst.size();
@@ -837,7 +677,6 @@ impl Recording {
     /// # Errors
     /// A range outside the buffer or not a multiple of 4.
     pub fn fill(&mut self, dst: &Arc<Buffer>, offset: u64, size: u64, value: u32) -> Result<()> {
-        self.end_chain();
         self.dirty = true;
         self.check_open()?;
         if !offset.is_multiple_of(4) || !size.is_multiple_of(4) || offset + size > dst.size() {
@@ -948,7 +787,6 @@ impl Recording {
                     // and everything the recording uses is kept alive by it.
                     unsafe { self.ctx.submit(*cmd, self.fence) }?;
                     wait_and_reset(&self.ctx, self.fence, mode)?;
-                    self.check_handoff()?;
                     i += 1;
                 }
                 Step::Host(_) => {
@@ -962,27 +800,6 @@ impl Recording {
                     i += n;
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// Fails the submission if a hand-off waiter gave up on its
-    /// predecessor (the fault word it sets; cleared again at the start of
-    /// every command buffer that hands off), and turns hand-offs off for
-    /// recordings made from then on: the chain's order was not kept, so
-    /// nothing it computed can be trusted.
-    fn check_handoff(&self) -> Result<()> {
-        let Some(c) = &self.chain else {
-            return Ok(());
-        };
-        let mut word = [0u32; 3];
-        c.fault.read_slice(0, &mut word)?;
-        if word[0] != 0 {
-            self.ctx.set_handoff(false);
-            return Err(ModelError::HandoffTimeout {
-                counted: word[1],
-                of: word[2],
-            });
         }
         Ok(())
     }
@@ -1035,12 +852,6 @@ impl Recording {
     /// Host steps recorded so far.
     pub fn n_host_steps(&self) -> usize {
         self.n_host_steps
-    }
-
-    /// Dispatches recorded that wait on the dispatch before them through
-    /// memory instead of a barrier ([`super::handoff`]).
-    pub fn n_handoffs(&self) -> usize {
-        self.n_handoffs
     }
 }
 

@@ -55,9 +55,6 @@ pub struct GpuContext {
     surveyed: Mutex<std::collections::HashSet<u64>>,
     memory: MemoryAccount,
     health: DeviceHealth,
-    /// Whether new recordings hand off between dispatches
-    /// ([`GpuContext::set_handoff`]).
-    handoff: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: Vulkan handles are plain integers/pointers owned by this context; every
@@ -406,18 +403,6 @@ impl GpuContext {
             .unwrap_or(true)
     }
 
-    /// Whether recordings started from now on chain dispatches by hand-off
-    /// instead of barriers where their kernels have a twin
-    /// ([`super::handoff`]; the default: `COMBS_HANDOFF=1`).
-    pub fn set_handoff(&self, on: bool) {
-        self.handoff.store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether new recordings hand off ([`GpuContext::set_handoff`]).
-    pub fn handoff(&self) -> bool {
-        self.handoff.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Compute pipelines created on this device so far (each kernel and
     /// specialization once; see [`crate::gpu::Recording::survey`]).
     pub fn pipelines_created(&self) -> usize {
@@ -610,7 +595,6 @@ impl GpuContext {
             surveyed: Mutex::new(std::collections::HashSet::new()),
             memory: MemoryAccount::default(),
             health: DeviceHealth::from_env(),
-            handoff: std::sync::atomic::AtomicBool::new(super::handoff::requested()),
         }))
     }
 
@@ -705,12 +689,6 @@ impl GpuContext {
     /// toward an injected [`Fault::DeviceLostAtAllocation`].
     pub(crate) fn before_allocation(&self) -> Result<()> {
         self.health.before_allocation()
-    }
-
-    /// Whether an injected [`Fault::HandoffStall`] fires for the dispatch
-    /// being recorded.
-    pub(crate) fn take_handoff_stall(&self) -> bool {
-        self.health.take_handoff_stall()
     }
 
     /// Arms a fake driver failure (see [`Fault`]); for tests. C programs

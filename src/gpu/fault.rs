@@ -30,11 +30,6 @@ pub enum Fault {
     /// memory is host-visible a model loads without any submission, so this
     /// is how a loss during a load is reached there.
     DeviceLostAtAllocation(u64),
-    /// The next dispatch recorded to hand off waits on a slot no dispatch
-    /// completes (as a driver that never ran its predecessor would leave
-    /// it): its wait times out and the submission fails with
-    /// [`ModelError::HandoffTimeout`].
-    HandoffStall,
 }
 
 /// The environment variable read when a context is created: a number `n`
@@ -51,8 +46,6 @@ pub(crate) struct DeviceHealth {
     lose_in: AtomicU64,
     /// Allocations left before the injected loss; 0: none armed.
     lose_at_alloc: AtomicU64,
-    /// An armed [`Fault::HandoffStall`].
-    stall_handoff: AtomicBool,
 }
 
 impl DeviceHealth {
@@ -73,13 +66,7 @@ impl DeviceHealth {
         match fault {
             Fault::DeviceLostAfter(n) => self.lose_in.store(n, Ordering::SeqCst),
             Fault::DeviceLostAtAllocation(n) => self.lose_at_alloc.store(n, Ordering::SeqCst),
-            Fault::HandoffStall => self.stall_handoff.store(true, Ordering::SeqCst),
         }
-    }
-
-    /// Whether an armed [`Fault::HandoffStall`] fires now (once).
-    pub(crate) fn take_handoff_stall(&self) -> bool {
-        self.stall_handoff.swap(false, Ordering::SeqCst)
     }
 
     pub(crate) fn is_lost(&self) -> bool {

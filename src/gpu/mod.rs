@@ -11,7 +11,6 @@ pub mod context;
 pub mod coopmat2;
 pub mod exec_stats;
 pub mod fault;
-pub mod handoff;
 pub mod host;
 pub mod kernels;
 pub mod lent;

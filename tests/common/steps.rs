@@ -43,7 +43,7 @@ pub fn logit_rows(
 }
 
 /// One decode step of a fresh contiguous session, recorded (not run): its
-/// dispatch, barrier and hand-off counts say how the model was planned.
+/// dispatch and barrier counts say how the model was planned.
 pub fn recorded_decode_step(model: &Arc<dyn GenerativeModel>) -> Recording {
     let cache = model
         .create_kv_cache(&combs::kv::CacheConfig::contiguous(8))

@@ -105,11 +105,6 @@ pub struct KernelBenchArgs {
     /// `--shapes` layout (staging flags ignored).
     #[arg(long)]
     q8: bool,
-    /// Also time dependent dispatches handed off through a counter in
-    /// memory instead of a pipeline barrier (chained copies, per dispatch:
-    /// with barriers, handed off, and overlapping with neither).
-    #[arg(long)]
-    handoff: bool,
     /// Skip the matrices (with --sync: only the round trip).
     #[arg(long)]
     no_matrices: bool,
@@ -356,88 +351,6 @@ fn sync_latency(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliErr
             "submit+wait ({mode:?}): wall {:.1} us median ({:.1} .. {:.1} p10..p90), GPU {:.1} us",
             wall[150], wall[30], wall[270], gpu[150]
         )?;
-    }
-    Ok(())
-}
-
-/// Microseconds per dispatch of 64 chained copies of `bytes` on `groups`
-/// workgroups (each reading what the last one wrote): with a barrier
-/// between each pair, handed off through memory ([`combs::gpu::handoff`]),
-/// and with neither (the copies overlap: not a valid order, the bound).
-/// GPU timestamps, median of five submissions after 20 ms of replays; the
-/// last copy's output is checked in the two valid orders.
-fn handoff_bench(ctx: &Arc<GpuContext>, out: &mut dyn Write) -> Result<(), CliError> {
-    use combs::gpu::{Binding, Kernel};
-    use combs::ops::params::CopyParams;
-    use std::fmt::Write as _;
-    const N: usize = 64;
-    const WG: u32 = 256;
-    let sms = ctx.caps().sm_count.unwrap_or(128);
-    for bytes in [64u64 << 10, 1 << 20, 16 << 20] {
-        let words = (bytes / 4) as usize;
-        let pattern: Vec<u32> = (0..words as u32)
-            .map(|i| i.wrapping_mul(2_654_435_761))
-            .collect();
-        let src = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&pattern), "pattern")?;
-        // A ring of buffers, each copy reading the last one's output.
-        let ring: Vec<Arc<Buffer>> = (0..3)
-            .map(|i| Buffer::new(ctx, bytes, MemoryKind::Device, &format!("ring {i}")))
-            .collect::<Result<_, _>>()?;
-        for groups in [sms, 4 * sms] {
-            let mut line = format!("handoff: {} KiB x {groups} groups:", bytes >> 10);
-            for (name, handoff, overlap) in [
-                ("barrier", false, false),
-                ("handoff", true, false),
-                ("overlap", false, true),
-            ] {
-                let mut rec = Recording::timed(ctx)?;
-                rec.set_handoff(handoff);
-                for b in &ring {
-                    rec.fill(b, 0, bytes, 0)?;
-                }
-                rec.barrier();
-                rec.timestamp("start");
-                for i in 0..N {
-                    let s = if i == 0 { &src } else { &ring[(i - 1) % 3] };
-                    let d = &ring[i % 3];
-                    // Overlap: the write declared a read, so no barrier.
-                    let dst = if overlap {
-                        Binding::read(d)
-                    } else {
-                        Binding::write(d)
-                    };
-                    rec.dispatch(
-                        Kernel::CopyU32x4,
-                        &[WG],
-                        &[Binding::read(s), dst],
-                        bytemuck::bytes_of(&CopyParams {
-                            n_words: (bytes / 16) as u32,
-                        }),
-                        [groups, 1, 1],
-                    )?;
-                }
-                rec.timestamp("end");
-                rec.finish()?;
-                let t0 = Instant::now();
-                while t0.elapsed() < Duration::from_millis(20) {
-                    rec.submit_and_wait()?;
-                }
-                let mut ns = Vec::new();
-                for _ in 0..5 {
-                    rec.submit_and_wait()?;
-                    ns.push(rec.timestamps()?.last().map_or(0.0, |(_, ns)| *ns));
-                }
-                ns.sort_by(f64::total_cmp);
-                let _ = write!(line, " {name} {:.2} us", ns[2] / 1e3 / N as f64);
-                if !overlap {
-                    let got = combs::gpu::download_vec(ctx, &ring[(N - 1) % 3])?;
-                    if got != bytemuck::cast_slice::<u32, u8>(&pattern) {
-                        let _ = write!(line, " (WRONG OUTPUT)");
-                    }
-                }
-            }
-            writeln!(out, "{line}")?;
-        }
     }
     Ok(())
 }
@@ -787,9 +700,6 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
     )?;
     if args.sync {
         sync_latency(&ctx, out)?;
-    }
-    if args.handoff {
-        handoff_bench(&ctx, out)?;
     }
     if args.bandwidth > 0 {
         let bps = combs::ops::bandwidth::copy_bandwidth(&ctx, args.bandwidth << 20)?;
