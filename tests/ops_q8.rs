@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use combs::formats::gguf::GgufFile;
 use combs::gpu::{Buffer, DeviceClass, GpuContext, MemoryKind, Recording, Uploader, upload_new};
-use combs::kv::CacheKind;
 use combs::models::synth::{SynthConfig, synth_gguf};
 use combs::models::{GenerativeModel, LoadOptions, ModelRegistry};
 use combs::ops::act_round::{ActRounding, Numerics, act_round_ref};
@@ -28,7 +27,7 @@ use combs::ops::rms_norm::{NormFlavor, NormWeight, rms_norm_ref};
 use combs::ops::rope::{Rope, RopeScaling, RopeStyle, inv_freq, rope_ref};
 use combs::ops::{AnyMat, Mat};
 use combs::quant::{QuantType, QuantWeight};
-use combs::runtime::{Session, SessionOptions};
+use common::steps::prompt_and_decode_rows;
 use common::{Rng, gpu, random_weight, rel_err};
 
 fn device_f32(ctx: &Arc<GpuContext>, v: &[f32]) -> Arc<Buffer> {
@@ -653,23 +652,7 @@ fn load(cfg: &SynthConfig, int_dot: IntDot, fusion: Fusion) -> Arc<dyn Generativ
 
 /// Logit rows of a prompt in chunks of 5 (each a matvec batch) and 5 decode steps.
 fn logits(model: Arc<dyn GenerativeModel>, prompt: &[u32], more: &[u32]) -> Vec<Vec<f32>> {
-    let opts = SessionOptions {
-        n_ctx: 64,
-        n_batch: 5,
-        n_logit_rows: 5,
-        kv_kind: CacheKind::Paged,
-        page_size: 16,
-        ..Default::default()
-    };
-    let mut s = Session::new(model.clone(), &opts).expect("session");
-    let n_vocab = model.spec().n_vocab;
-    let all = s.prefill_all_logits(prompt).expect("prefill");
-    let mut rows: Vec<Vec<f32>> = all.chunks(n_vocab).map(<[f32]>::to_vec).collect();
-    for &t in more {
-        s.decode(t).expect("decode");
-        rows.push(s.logits().to_vec());
-    }
-    rows
+    prompt_and_decode_rows(&model, prompt, more, 64).1
 }
 
 /// Under llama.cpp numerics the integer path computes what `act_round` and

@@ -7,17 +7,17 @@ use combs::kv::CacheKind;
 use combs::models::GenerativeModel;
 use combs::runtime::{BatchRunner, Session, SessionOptions};
 
-/// Every logit row the model produces for `prompt` in chunks of 5, then one
-/// decode step per token of `more`, then one batched decode step of `batch`
-/// sessions (forks of the prompt) each taking its own token.
-pub fn logit_rows(
-    model: Arc<dyn GenerativeModel>,
+/// The logit rows of `prompt` in chunks of 5 (each a 5-row batch), then of
+/// one decode step per token of `more`, in a fresh paged session of
+/// `n_ctx` positions, and that session.
+pub fn prompt_and_decode_rows(
+    model: &Arc<dyn GenerativeModel>,
     prompt: &[u32],
     more: &[u32],
-    batch: usize,
-) -> Vec<Vec<f32>> {
+    n_ctx: usize,
+) -> (Session, Vec<Vec<f32>>) {
     let opts = SessionOptions {
-        n_ctx: 96,
+        n_ctx,
         n_batch: 5,
         n_logit_rows: 5,
         kv_kind: CacheKind::Paged,
@@ -32,6 +32,19 @@ pub fn logit_rows(
         s.decode(t).expect("decode");
         rows.push(s.logits().to_vec());
     }
+    (s, rows)
+}
+
+/// Every logit row the model produces for `prompt` in chunks of 5, then one
+/// decode step per token of `more`, then one batched decode step of `batch`
+/// sessions (forks of the prompt) each taking its own token.
+pub fn logit_rows(
+    model: Arc<dyn GenerativeModel>,
+    prompt: &[u32],
+    more: &[u32],
+    batch: usize,
+) -> Vec<Vec<f32>> {
+    let (s, mut rows) = prompt_and_decode_rows(&model, prompt, more, 96);
     let mut forks: Vec<Session> = (0..batch).map(|_| s.fork().expect("fork")).collect();
     let tokens: Vec<u32> = (0..batch).map(|i| more[i % more.len()]).collect();
     let mut refs: Vec<&mut Session> = forks.iter_mut().collect();
