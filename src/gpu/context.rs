@@ -55,6 +55,8 @@ pub struct GpuContext {
     surveyed: Mutex<std::collections::HashSet<u64>>,
     memory: MemoryAccount,
     health: DeviceHealth,
+    /// Command and descriptor pools of finished recordings, for the next.
+    pub(crate) spare_kits: super::spare::SpareKits,
 }
 
 // SAFETY: Vulkan handles are plain integers/pointers owned by this context; every
@@ -595,6 +597,7 @@ impl GpuContext {
             surveyed: Mutex::new(std::collections::HashSet::new()),
             memory: MemoryAccount::default(),
             health: DeviceHealth::from_env(),
+            spare_kits: Default::default(),
         }))
     }
 
@@ -645,6 +648,20 @@ impl GpuContext {
         let queue = self.queue();
         // SAFETY: per this function's contract; the queue is locked.
         unsafe { self.device.queue_submit(*queue, &submit, fence) }
+            .map_err(|r| self.vk_error("vkQueueSubmit", r))
+    }
+
+    /// Submits a batch without command buffers that signals `fence` once
+    /// everything submitted before it has finished.
+    ///
+    /// # Safety
+    /// `fence` is unsignaled and not in use by another submission.
+    pub(crate) unsafe fn submit_empty(&self, fence: vk::Fence) -> Result<()> {
+        self.health.check()?;
+        let _gate = self.pipelines.submitting();
+        let queue = self.queue();
+        // SAFETY: per this function's contract; the queue is locked.
+        unsafe { self.device.queue_submit(*queue, &[], fence) }
             .map_err(|r| self.vk_error("vkQueueSubmit", r))
     }
 
@@ -768,6 +785,7 @@ impl Drop for GpuContext {
         // so none is alive now; wait for the queue before tearing down.
         unsafe {
             let _ = self.device.device_wait_idle();
+            self.spare_kits.destroy_all(&self.device);
             self.pipelines.destroy(&self.device);
             ManuallyDrop::drop(&mut self.allocator);
             self.device.destroy_device(None);

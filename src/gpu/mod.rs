@@ -17,6 +17,7 @@ pub mod lent;
 pub mod mapped;
 pub mod phases;
 pub mod pipeline;
+mod spare;
 pub mod transfer;
 pub mod wait;
 

@@ -39,9 +39,23 @@ pub enum Phase {
     /// Surveying a call's pipelines and creating them in parallel (wall
     /// time; `pipeline` sums the threads' own).
     Survey,
+    /// Part of `record`: creating a recording (command pool and buffer,
+    /// fence, query pool).
+    RecordSetup,
+    /// Part of `record`: a dispatch's Vulkan calls (descriptor set
+    /// allocated and written, pipeline and set bound, push constants,
+    /// the dispatch).
+    RecordDispatch,
+    /// Part of `record`: a streaming recording's submissions of its pieces.
+    RecordSubmit,
+    /// A call's inputs before recording: token ids and positions written,
+    /// cache room reserved.
+    Inputs,
+    /// Reading a call's logits back to the host.
+    Readout,
 }
 
-const PHASES: [Phase; 13] = [
+const PHASES: [Phase; 18] = [
     Phase::Context,
     Phase::Open,
     Phase::Tokenizer,
@@ -55,6 +69,11 @@ const PHASES: [Phase; 13] = [
     Phase::Record,
     Phase::Execute,
     Phase::Survey,
+    Phase::RecordSetup,
+    Phase::RecordDispatch,
+    Phase::RecordSubmit,
+    Phase::Inputs,
+    Phase::Readout,
 ];
 
 impl Phase {
@@ -73,6 +92,11 @@ impl Phase {
             Phase::Record => "record",
             Phase::Execute => "execute",
             Phase::Survey => "survey",
+            Phase::RecordSetup => "rec_setup",
+            Phase::RecordDispatch => "rec_vk",
+            Phase::RecordSubmit => "rec_submit",
+            Phase::Inputs => "inputs",
+            Phase::Readout => "readout",
         }
     }
 }

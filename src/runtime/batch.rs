@@ -575,7 +575,9 @@ impl BatchRunner {
             };
             step.submit_and_wait()?;
         } else {
-            let mut rec = Recording::new(model.context(), false)?;
+            // A prompt's call, recorded once: the GPU starts on it while
+            // the rest is recorded.
+            let mut rec = Recording::streaming(model.context())?;
             record(&mut rec)?;
             rec.finish()?;
             rec.submit_and_wait()?;

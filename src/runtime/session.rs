@@ -521,14 +521,22 @@ impl Session {
     ) -> Result<()> {
         let n = chunk.len();
         let pos0 = self.tokens.len();
+        let inputs = crate::gpu::phases::time(crate::gpu::phases::Phase::Inputs);
         let copies = self.stage_rows(spans, first, n)?;
         self.reserve(n)?;
         self.write_inputs(chunk, pos0)?;
+        drop(inputs);
         self.prepare_pipelines(n);
         let model = self.first_model().clone();
         let ctx = model.context().clone();
         let recording = crate::gpu::phases::time(crate::gpu::phases::Phase::Record);
-        let mut rec = Recording::new(&ctx, false)?;
+        // One device: the GPU starts on the call while the rest is recorded
+        // (a split hands the recording from stage to stage instead).
+        let mut rec = if self.split.is_none() {
+            Recording::streaming(&ctx)?
+        } else {
+            Recording::new(&ctx, false)?
+        };
         model.record_embed(&mut rec, &self.scratch, n)?;
         if let (false, Some(src)) = (copies.is_empty(), self.embed_rows.as_ref()) {
             model.record_put_rows(&mut rec, &self.scratch, n, src, &copies)?;
@@ -773,6 +781,7 @@ fn finish_call<T>(
             rec.finish()?;
             drop(recording);
             rec.submit_and_wait()?;
+            let _t = crate::gpu::phases::time(crate::gpu::phases::Phase::Readout);
             read_logit_row(model, s, 0, logits)
         }
         Some(dst) => {
