@@ -155,10 +155,13 @@ impl Recording {
     /// GPU runs the start of a long pass while the host records the rest:
     /// recording a prompt of llama-1b (146 dispatches) took the host 1.0 ms
     /// of a 12.2 ms pass on an H100 (`COMBS_LOAD_PROFILE=1 combs bench -p
-    /// 512`), with the GPU idle. For one-shot work: whatever the host writes
-    /// for a dispatch must be written before it is recorded (as for any
-    /// recording), and a piece may already run when a later error drops
-    /// the recording (which then waits for it). After a host step
+    /// 512`), with the GPU idle. Only for work whose inputs are final when
+    /// it is recorded and that is submitted at once: a piece runs as soon
+    /// as it is recorded, and the first [`Recording::submit_and_wait`]
+    /// does not run it again (a recording made ahead of its inputs, as
+    /// Whisper's encoder is at load, must not stream). A piece may also
+    /// already run when a later error drops the recording (which then
+    /// waits for it). After a host step
     /// ([`Recording::host`]) the rest is submitted at
     /// [`Recording::submit_and_wait`], as in other recordings; replays
     /// submit every piece again.

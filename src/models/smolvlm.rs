@@ -546,7 +546,13 @@ impl SmolVlmModel {
             head_dim,
             scale: 1.0 / (head_dim as f32).sqrt(),
         };
-        let mut rec = Recording::new(&self.ctx, profile)?;
+        // Streamed (the GPU starts while the rest is recorded) unless each
+        // dispatch is timed.
+        let mut rec = if profile {
+            Recording::new(&self.ctx, true)?
+        } else {
+            Recording::streaming(&self.ctx)?
+        };
         {
             let mut f = Forward::new(&mut rec, self.planner, &enc.ws, n)?;
             f.copy_rows(Mat::new(&enc.patches, n, self.patch_cols), &enc.patches_dev)?;
