@@ -86,6 +86,11 @@ pub struct KernelBenchArgs {
     /// and prompts on such GPUs do.
     #[arg(long)]
     x_f16: bool,
+    /// With --x-f16: give the tiles the f32 activations' bits read as
+    /// halves (some NaN or infinite) instead of the same values converted
+    /// to f16, as the benchmark did before session 36.
+    #[arg(long)]
+    x_bits: bool,
     /// Also time the skinny tiles with batched decode's RMS norm folded in:
     /// reading f32 activations normalized from sums of squares (label
     /// suffix `n`), and adding into the output while writing its sums of
@@ -758,6 +763,12 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                 bytemuck::cast_slice(&random_f32(m.cols * n_max, 3)),
                 "x",
             )?;
+            // The same values as f16, what the tiles read from a norm.
+            let halves: Vec<half::f16> = random_f32(m.cols * n_max, 3)
+                .iter()
+                .map(|&v| half::f16::from_f32(v))
+                .collect();
+            let xh = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&halves), "x f16")?;
             let y = Buffer::new(&ctx, (m.rows * n_max * 4) as u64, MemoryKind::Device, "y")?;
             // Sums of squares of x (positive) and the norm's weight for --fold-norm.
             let groups = m.cols.div_ceil(16).max(m.rows.div_ceil(16));
@@ -806,11 +817,12 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         continue;
                     }
                     let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
-                    // f16 inputs (the bits of x as halves: the products
-                    // take the same time).
+                    // f16 inputs: x's values in f16 (or, with --x-bits,
+                    // x's bits read as halves: the same times within 2% on
+                    // an H100, docs/perf-notes.md "Session 36").
                     let half = args.x_f16 && variant == LinearVariant::Coop;
                     let input = if half {
-                        Input::F16(Mat::new(&x, n, m.cols))
+                        Input::F16(Mat::new(if args.x_bits { &x } else { &xh }, n, m.cols))
                     } else {
                         Input::F32(x32)
                     };
