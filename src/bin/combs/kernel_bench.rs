@@ -91,6 +91,12 @@ pub struct KernelBenchArgs {
     /// to f16, as the benchmark did before session 36.
     #[arg(long)]
     x_bits: bool,
+    /// Also time the cooperative-matrix tiles with the outputs the model
+    /// gives them: adding into the output (label suffix `a`, the output and
+    /// down projections' residual) and, for even row counts, the gated
+    /// activation written as f16 (`g`, gate/up), against the plain store.
+    #[arg(long)]
+    epilogues: bool,
     /// Also time the skinny tiles with batched decode's RMS norm folded in:
     /// reading f32 activations normalized from sums of squares (label
     /// suffix `n`), and adding into the output while writing its sums of
@@ -911,6 +917,26 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         _ => format!("{variant:?} n={n}"),
                     };
                     print_row(out, &m, t, &label, us, flop / us / 1e6)?;
+                    if args.epilogues && variant == LinearVariant::Coop {
+                        let gated = Mat::<half::f16>::new(&y, n, m.rows / 2);
+                        let mut kinds = vec![("a", Output::Accumulate(y32))];
+                        if half && m.rows % 2 == 0 {
+                            let act = combs::ops::glu::Activation::Silu;
+                            let out = AnyMat::F16(gated);
+                            kinds.push(("g", Output::Gated { out, act }));
+                        }
+                        for (suffix, output) in kinds {
+                            let us = time(&ctx, args.reps.min(16), |rec, i| {
+                                let w = &copies[i % copies.len()];
+                                let call = LinearCall::new(w, None, input, output)
+                                    .on(variant)
+                                    .with_tile(Some(c));
+                                record_linear(rec, &call)
+                            })?;
+                            let label = format!("{label}{suffix}");
+                            print_row(out, &m, t, &label, us, flop / us / 1e6)?;
+                        }
+                    }
                 }
             }
         }
