@@ -100,6 +100,20 @@ fn ping_pong(
     }
 }
 
+/// Fresh random values of `n` floats, uploaded, and the two buffers of a
+/// ping-pong of them.
+fn chain_buffers(
+    ctx: &Arc<combs::gpu::GpuContext>,
+    rng: &mut Rng,
+    n: usize,
+) -> (Vec<f32>, Arc<Buffer>, [Arc<Buffer>; 2]) {
+    let vals: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let a = upload_new(ctx, bytemuck::cast_slice(&vals), "a").expect("upload");
+    let bytes = (4 * n) as u64;
+    let bufs = [0, 1].map(|_| Buffer::new(ctx, bytes, MemoryKind::Device, "x").expect("buffer"));
+    (vals, a, bufs)
+}
+
 #[test]
 fn streamed_pieces_run_in_order_and_replay() {
     let ctx = gpu();
@@ -108,10 +122,8 @@ fn streamed_pieces_run_in_order_and_replay() {
     let bytes = (4 * n) as u64;
     let links = 150 + (rng.normal().abs() * 20.0) as usize;
     let out = Buffer::new(&ctx, bytes, MemoryKind::Readback, "out").expect("buffer");
-    let bufs = [0, 1].map(|_| Buffer::new(&ctx, bytes, MemoryKind::Device, "x").expect("buffer"));
+    let (vals, a, bufs) = chain_buffers(&ctx, &mut rng, n);
     let mut rec = Recording::streaming(&ctx).expect("recording");
-    let vals: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-    let a = upload_new(&ctx, bytemuck::cast_slice(&vals), "a").expect("upload");
     ping_pong(&mut rec, &a, &bufs, links, n / 4);
     rec.copy(&bufs[links % 2], 0, &out, 0, bytes).expect("copy");
     rec.finish().expect("finish");
@@ -164,9 +176,7 @@ fn a_host_step_after_streamed_pieces_sees_their_results() {
     let mut rng = Rng::fresh("streamed host");
     let n = 2048usize;
     let bytes = (4 * n) as u64;
-    let vals: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-    let a = upload_new(&ctx, bytemuck::cast_slice(&vals), "a").expect("upload");
-    let bufs = [0, 1].map(|_| Buffer::new(&ctx, bytes, MemoryKind::Device, "x").expect("buffer"));
+    let (vals, a, bufs) = chain_buffers(&ctx, &mut rng, n);
     let out = Buffer::new(&ctx, bytes, MemoryKind::Readback, "out").expect("buffer");
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut rec = Recording::streaming(&ctx).expect("recording");

@@ -562,9 +562,9 @@ impl Recording {
         // vkQueueSubmit leaves nothing of it pending, and the recording
         // is unusable after an error anyway.
         self.streamed = self.steps.len();
+        self.in_doubt = true;
         // SAFETY: ended above; everything it uses is kept alive by self,
         // whose drop waits for it.
-        self.in_doubt = true;
         unsafe { self.ctx.submit(self.cmd, vk::Fence::null()) }?;
         self.in_doubt = false;
         self.unwaited = true;

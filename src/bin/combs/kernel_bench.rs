@@ -764,16 +764,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             let copies = weight_copies(&ctx, t, &m)?;
             let bytes = copies[0].device_bytes() as f64;
             let n_max = args.tokens.iter().copied().max().unwrap_or(0).max(1);
-            let x = combs::gpu::upload_new(
-                &ctx,
-                bytemuck::cast_slice(&random_f32(m.cols * n_max, 3)),
-                "x",
-            )?;
+            let xv = random_f32(m.cols * n_max, 3);
+            let x = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&xv), "x")?;
             // The same values as f16, what the tiles read from a norm.
-            let halves: Vec<half::f16> = random_f32(m.cols * n_max, 3)
-                .iter()
-                .map(|&v| half::f16::from_f32(v))
-                .collect();
+            let halves: Vec<half::f16> = xv.iter().map(|&v| half::f16::from_f32(v)).collect();
             let xh = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&halves), "x f16")?;
             let y = Buffer::new(&ctx, (m.rows * n_max * 4) as u64, MemoryKind::Device, "y")?;
             // Sums of squares of x (positive) and the norm's weight for --fold-norm.
@@ -918,11 +912,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                     };
                     print_row(out, &m, t, &label, us, flop / us / 1e6)?;
                     if args.epilogues && variant == LinearVariant::Coop {
-                        let gated = Mat::<half::f16>::new(&y, n, m.rows / 2);
                         let mut kinds = vec![("a", Output::Accumulate(y32))];
                         if half && m.rows % 2 == 0 {
                             let act = combs::ops::glu::Activation::Silu;
-                            let out = AnyMat::F16(gated);
+                            let out = AnyMat::F16(Mat::new(&y, n, m.rows / 2));
                             kinds.push(("g", Output::Gated { out, act }));
                         }
                         for (suffix, output) in kinds {
