@@ -296,8 +296,14 @@ fn coop_tile_choice_keeps_skinny_work_on_skinny_tiles() {
     assert_eq!(on_h200(128256, 2048, 48), CoopTile::WIDE);
     assert_eq!(on_h200(28672, 4096, 512), CoopTile::WIDE);
     assert_eq!(on_h200(16384, 2048, 512), CoopTile::WIDE);
-    assert_eq!(on_h200(16384, 2048, 2048), CoopTile::BIG);
-    assert_eq!(on_h200(4096, 4096, 512), CoopTile::BIG);
+    // Where 128 x 128 tiles would fill their waves, WIDE runs them (faster
+    // inside a prompt); where they would not, 64 x 64
+    assert_eq!(on_h200(16384, 2048, 2048), CoopTile::WIDE);
+    assert_eq!(on_h200(4096, 4096, 512), CoopTile::WIDE);
+    assert_eq!(on_h200(4096, 14336, 512), CoopTile::WIDE);
+    assert_eq!(on_h200(6144, 4096, 2048), CoopTile::WIDE);
+    assert_eq!(on_h200(6144, 4096, 512), CoopTile::MID);
+    assert_eq!(on_h200(2048, 2048, 512), CoopTile::MID);
     assert!(!CoopTile::takes_wide(8192, 4096, 64));
 }
 

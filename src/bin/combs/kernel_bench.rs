@@ -20,11 +20,14 @@ use combs::ops::attention::{
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::matvec_q8::Q8Input;
 use combs::ops::linear::{
-    CoopInput, CoopTile, Input, LinearCall, LinearVariant, MatvecShape, Output, SquareSums,
-    matvec_q8, record_linear,
+    CoopInput, CoopTile, FoldedRope, Input, LinearCall, LinearVariant, MatvecShape, Output,
+    SquareSums, matvec_q8, record_linear,
 };
 use combs::ops::quantize_q8_1::{Q8Rows, record_quantize_q8_1};
-use combs::ops::rms_norm::{NormFlavor, NormWeight};
+use combs::ops::rms_norm::{
+    NormFlavor, NormOut, NormWeight, RmsNorm, RmsNormCall, record_rms_norm,
+};
+use combs::ops::rope::{Rope, RopeStyle};
 use combs::ops::{AnyMat, Mat};
 use combs::quant::{QuantType, QuantWeight};
 
@@ -97,6 +100,21 @@ pub struct KernelBenchArgs {
     /// activation written as f16 (`g`, gate/up), against the plain store.
     #[arg(long)]
     epilogues: bool,
+    /// Also time each cooperative tile on f16 input right after the RMS
+    /// norm that writes that input (as a prompt's Q/K/V and gate/up follow
+    /// theirs), less the norm timed alone (label suffix `p`): what being
+    /// second in a dependent pair costs the tile.
+    #[arg(long)]
+    after_norm: bool,
+    /// Also time this many layers of a prompt's products chained as a
+    /// prompt runs them (norm, Q/K/V, output adding into the residual, norm,
+    /// gated gate/up, down adding), at the first --tokens count on f16
+    /// input, each layer its own weights, a timestamp after every dispatch:
+    /// µs per product in the chain, to hold against the same tiles alone;
+    /// once per --coop-tiles tile (every product on it; `auto`: combs'
+    /// choice per product); 0: none.
+    #[arg(long, default_value_t = 0)]
+    prompt_chain: usize,
     /// Also time the skinny tiles with batched decode's RMS norm folded in:
     /// reading f32 activations normalized from sums of squares (label
     /// suffix `n`), and adding into the output while writing its sums of
@@ -517,6 +535,159 @@ fn attention_flops(n: usize, n_ctx: usize, shape: AttentionShape, causal: bool) 
     4.0 * pairs * (shape.n_head * shape.head_dim) as f64
 }
 
+/// `layers` layers of a prompt of `n` tokens through `cfg`'s products,
+/// chained as the model chains them (attention left out: its output is a
+/// buffer of random halves), timed dispatch by dispatch over five replays
+/// after the warm-up of [`time`]; prints the median µs of each product in
+/// the chain.
+fn prompt_chain_bench(
+    ctx: &Arc<GpuContext>,
+    cfg: &SynthConfig,
+    n: usize,
+    layers: usize,
+    tile: Option<CoopTile>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let t = cfg.qtype;
+    let mats: Vec<Matrix> = matrices(cfg)
+        .into_iter()
+        .filter(|m| m.name != "head")
+        .collect();
+    let mut up = Uploader::new(ctx)?;
+    let mut weights: Vec<Vec<QuantWeight>> = Vec::new();
+    for (i, m) in mats.iter().enumerate() {
+        let mut v = Vec::new();
+        for l in 0..layers {
+            let bytes = random_weight_bytes(t, m.rows, m.cols, (100 * i + l) as u64);
+            v.push(QuantWeight::from_gguf_bytes(
+                ctx, &mut up, m.name, t, m.rows, m.cols, &bytes,
+            )?);
+        }
+        weights.push(v);
+    }
+    up.flush()?;
+    let (e, q_rows, ff) = (cfg.n_embd, mats[0].rows, cfg.n_ff);
+    let halves = |len: usize, seed: u64| -> Vec<half::f16> {
+        random_f32(len, seed)
+            .iter()
+            .map(|&v| half::f16::from_f32(v))
+            .collect()
+    };
+    let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(n * e, 11)), "x")?;
+    let nw = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(e, 12)), "norm")?;
+    let xn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * e, 13)), "xn")?;
+    let attn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * e, 14)), "attn")?;
+    let hidden = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * ff, 15)), "h")?;
+    let q = Buffer::new(ctx, (n * q_rows * 4) as u64, MemoryKind::Device, "q")?;
+    let y = Buffer::new(ctx, (n * e * 4) as u64, MemoryKind::Device, "y")?;
+    // Positions as the workspace holds them (host-visible), the frequencies
+    // of a 10000 base.
+    let pos: Vec<i32> = (0..n as i32).collect();
+    let positions = Buffer::new(ctx, (4 * n) as u64, MemoryKind::Upload, "positions")?;
+    positions.write_slice(0, &pos)?;
+    let hd = cfg.head_dim;
+    let freqs = combs::ops::rope::inv_freq(hd, 10000.0, &combs::ops::rope::RopeScaling::None);
+    let inv_freq = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&freqs), "inv freq")?;
+    let rope = Rope {
+        style: RopeStyle::Normal,
+        head_dim: hd,
+        n_rot: hd,
+        positions: &positions,
+        inv_freq: &inv_freq,
+        attn_factor: 1.0,
+    };
+    let (xm, xnm) = (Mat::new(&x, n, e), Mat::<half::f16>::new(&xn, n, e));
+    let norm = RmsNormCall {
+        x: xm,
+        norm: RmsNorm {
+            weight: Some(&nw),
+            flavor: NormFlavor::Plain,
+            eps: 1e-5,
+        },
+        out: NormOut::Store(AnyMat::F16(xnm)),
+        head_dim: None,
+    };
+    let act = combs::ops::glu::Activation::Silu;
+    let q_out = Mat::new(&q, n, q_rows);
+    // `model`: the outputs a prompt gives each product (Q/K/V roped on its
+    // query and key rows, output and down adding into the residual);
+    // `plain`: every product storing (Q/K/V unrotated, output and down
+    // into a scratch buffer), the gated gate/up as before.
+    for model in [true, false] {
+        // A stamp after every dispatch (and one before the first).
+        let mut rec = Recording::new(ctx, true)?;
+        let layer_weights = weights[0]
+            .iter()
+            .zip(&weights[1])
+            .zip(&weights[2])
+            .zip(&weights[3]);
+        for (((wqkv, wout), wgu), wdown) in layer_weights {
+            let product = |rec: &mut Recording, w: &QuantWeight, input, output| {
+                let call = LinearCall::new(w, None, input, output)
+                    .on(LinearVariant::Coop)
+                    .with_tile(tile);
+                record_linear(rec, &call)
+            };
+            let (qkv_out, residual) = if model {
+                let folded = FoldedRope::adjacent(rope, q_rows - (q_rows - e) / 2)
+                    .ok_or_else(|| ModelError::Internal("rope not foldable".into()))?;
+                (
+                    Output::Roped {
+                        out: q_out,
+                        rope: folded,
+                    },
+                    Output::Accumulate(xm),
+                )
+            } else {
+                (Output::Store(q_out), Output::Store(Mat::new(&y, n, e)))
+            };
+            record_rms_norm(&mut rec, &norm)?;
+            product(&mut rec, wqkv, Input::F16(xnm), qkv_out)?;
+            product(&mut rec, wout, Input::F16(Mat::new(&attn, n, e)), residual)?;
+            record_rms_norm(&mut rec, &norm)?;
+            let gated = Output::Gated {
+                out: AnyMat::F16(Mat::new(&hidden, n, ff)),
+                act,
+            };
+            product(&mut rec, wgu, Input::F16(xnm), gated)?;
+            let h = Input::F16(Mat::new(&hidden, n, ff));
+            product(&mut rec, wdown, h, residual)?;
+        }
+        rec.finish()?;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(250) {
+            rec.submit_and_wait()?;
+        }
+        let names = ["norm", "qkv", "out", "norm", "gate_up", "down"];
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        for _ in 0..5 {
+            rec.submit_and_wait()?;
+            let stamps = rec.timestamps()?;
+            for (i, w) in stamps.windows(2).enumerate() {
+                samples[i % names.len()].push(w[1].1 - w[0].1);
+            }
+        }
+        write!(
+            out,
+            "prompt chain {} {} n={n} ({layers} layers, {}, {}), median us:",
+            cfg.arch,
+            t.name(),
+            if model { "model" } else { "plain" },
+            tile.map_or("auto".to_string(), |c| format!(
+                "{}x{}x{}x{}x{}x{}",
+                c.wm, c.wn, c.wk, c.tm, c.tn, c.bk
+            ))
+        )?;
+        for (name, v) in names.iter().zip(samples.iter_mut()) {
+            v.sort_by(f64::total_cmp);
+            let us = v.get(v.len() / 2).copied().unwrap_or(0.0) / 1e3;
+            write!(out, " {name} {us:.1}")?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
 /// The matvecs of `layers` layers of `cfg` chained as a decode step chains
 /// them, and each matrix alone repeated as often: microseconds per layer.
 fn chain_bench(
@@ -748,6 +919,18 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             )?;
         }
     }
+    if args.prompt_chain > 0 {
+        let n = args.tokens.iter().copied().find(|&n| n > 0).unwrap_or(512);
+        for qt in &args.qtypes {
+            let t = QuantType::from_name(qt).ok_or_else(|| {
+                ModelError::invalid("--type", format!("unknown weight type `{qt}`"))
+            })?;
+            let cfg = SynthConfig::preset(&args.preset, t)?;
+            for tile in &tiles {
+                prompt_chain_bench(&ctx, &cfg, n, args.prompt_chain, *tile, out)?;
+            }
+        }
+    }
     if args.no_matrices {
         return Ok(());
     }
@@ -911,6 +1094,36 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         _ => format!("{variant:?} n={n}"),
                     };
                     print_row(out, &m, t, &label, us, flop / us / 1e6)?;
+                    if args.after_norm && half && !args.x_bits {
+                        let call = RmsNormCall {
+                            x: x32,
+                            norm: RmsNorm {
+                                weight: Some(&nw),
+                                flavor: NormFlavor::Plain,
+                                eps: 1e-5,
+                            },
+                            out: NormOut::Store(AnyMat::F16(Mat::new(&xh, n, m.cols))),
+                            head_dim: None,
+                        };
+                        let norm = time(&ctx, args.reps.min(16), |rec, _| {
+                            record_rms_norm(rec, &call)
+                        })?;
+                        let both = time(&ctx, args.reps.min(16), |rec, i| {
+                            record_rms_norm(rec, &call)?;
+                            let w = &copies[i % copies.len()];
+                            let call = LinearCall::new(w, None, input, Output::Store(y32))
+                                .on(variant)
+                                .with_tile(Some(c));
+                            record_linear(rec, &call)
+                        })?;
+                        let us = both - norm;
+                        writeln!(
+                            out,
+                            "{:8} norm alone {norm:.2} us, with the tile {both:.2}",
+                            m.name
+                        )?;
+                        print_row(out, &m, t, &format!("{label}p"), us, flop / us / 1e6)?;
+                    }
                     if args.epilogues && variant == LinearVariant::Coop {
                         let mut kinds = vec![("a", Output::Accumulate(y32))];
                         if half && m.rows % 2 == 0 {

@@ -378,18 +378,28 @@ impl CoopTile {
         let big = CoopTile::BIG;
         let big_groups = big.workgroups(rows, n);
         let mid = CoopTile::MID;
-        // 2048-wide weights only from 1024 tokens: at 512 they gained
-        // nothing in whole prompts (llama-1b) and would cost a first
-        // prompt the 128×128 pipelines' compile on a cold driver cache.
+        // 2048-wide weights only from 1024 tokens: at 512 the 64 × 64
+        // tile beats the larger ones on llama-1b's Q/K/V, output and down.
         let min_dim = if n >= 1024 { 2048 } else { 4096 };
-        if n > 64
-            && rows >= min_dim
-            && cols >= min_dim
-            && fits(&big)
-            && full_waves(caps, big_groups)
-        {
-            big
-        } else if n >= 1024 && fits(&CoopTile::TALL) && many_waves(caps, big_groups) {
+        if n > 64 && rows >= min_dim && cols >= min_dim && full_waves(caps, big_groups) {
+            // Where 128 × 128 tiles fill their waves, `WIDE` (128 × 64, two
+            // workgroups per SM) runs faster inside a prompt, though alone
+            // (activations and residual resident in L2) 128 × 128 won:
+            // between the products of a layer the activations come from
+            // memory, and one workgroup per SM waits on each step's loads
+            // with nothing to cover them. On an H100, products chained as
+            // a prompt chains them (`combs kernel-bench --prompt-chain 3
+            // --tokens 512,2048 --coop-tiles ...`, µs, 128 × 128 -> WIDE):
+            // llama-8b Q4_0 at 512 output 157 -> 130, down 445 -> 382; at
+            // 2048 Q/K/V 1008 -> 690, output 576 -> 485, down 1743 -> 1558;
+            // Q4_K alike; llama-1b Q4_0 at 2048 Q/K/V 300 -> 190, output
+            // 194 -> 149, gate/up 1270 -> 911, down 532 -> 459
+            // (docs/perf-notes.md, "Session 37").
+            if let Some(t) = [CoopTile::WIDE, big].into_iter().find(fits) {
+                return t;
+            }
+        }
+        if n >= 1024 && fits(&CoopTile::TALL) && many_waves(caps, big_groups) {
             // Encoders (a vision encoder's tiles, Whisper's window) and long
             // prompts: narrow weights, but tokens enough for big tiles.
             CoopTile::TALL
