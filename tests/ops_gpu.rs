@@ -182,6 +182,7 @@ fn coop_tiles_match_ref() {
         CoopTile::TALL,
         CoopTile::WIDE,
         CoopTile::MID8,
+        CoopTile::DEEP,
         // 128 rows × 64 tokens, four subgroups of 64 × 32
         CoopTile {
             wm: 2,
@@ -303,7 +304,29 @@ fn coop_tile_choice_keeps_skinny_work_on_skinny_tiles() {
     assert_eq!(on_h200(4096, 14336, 512), CoopTile::WIDE);
     assert_eq!(on_h200(6144, 4096, 2048), CoopTile::WIDE);
     assert_eq!(on_h200(6144, 4096, 512), CoopTile::MID);
-    assert_eq!(on_h200(2048, 2048, 512), CoopTile::MID);
+    // 64 x 64 making one to two workgroups per SM: eight subgroups on it
+    assert_eq!(on_h200(2048, 2048, 512), CoopTile::MID8);
+    assert_eq!(on_h200(2048, 8192, 512), CoopTile::MID8);
+    assert_eq!(on_h200(3072, 2048, 512), CoopTile::MID);
+    // Q4_K down projections hold their weights raw on DEEP
+    let wide = on_h200(4096, 14336, 512);
+    assert_eq!(
+        wide.for_weights(&h200, QuantType::Q4K, 4096, 14336),
+        CoopTile::DEEP
+    );
+    assert_eq!(
+        wide.for_weights(&h200, QuantType::Q4_0, 4096, 14336),
+        CoopTile::WIDE
+    );
+    assert_eq!(
+        wide.for_weights(&h200, QuantType::Q4K, 4096, 4096),
+        CoopTile::WIDE
+    );
+    let mid = CoopTile::MID;
+    assert_eq!(
+        mid.for_weights(&h200, QuantType::Q4K, 2048, 8192),
+        CoopTile::MID
+    );
     assert!(!CoopTile::takes_wide(8192, 4096, 64));
 }
 

@@ -927,6 +927,10 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             })?;
             let cfg = SynthConfig::preset(&args.preset, t)?;
             for tile in &tiles {
+                if let Some(c) = tile.filter(|c| !c.fits(&ctx)) {
+                    writeln!(out, "prompt chain {c:?}: beyond this device's limits")?;
+                    continue;
+                }
                 prompt_chain_bench(&ctx, &cfg, n, args.prompt_chain, *tile, out)?;
             }
         }
@@ -999,7 +1003,14 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
                         writeln!(out, "{:8} {c:?}: beyond this device's limits", m.name)?;
                         continue;
                     }
-                    let c = tile.unwrap_or_else(|| CoopTile::choose(&ctx, m.rows, m.cols, n));
+                    let c = tile.unwrap_or_else(|| {
+                        CoopTile::choose(&ctx, m.rows, m.cols, n).for_weights(
+                            ctx.caps(),
+                            t,
+                            m.rows,
+                            m.cols,
+                        )
+                    });
                     // f16 inputs: x's values in f16 (or, with --x-bits,
                     // x's bits read as halves: the same times within 2% on
                     // an H100, docs/perf-notes.md "Session 36").

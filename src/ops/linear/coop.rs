@@ -13,7 +13,7 @@ use crate::gpu::{Binding, DeviceCaps, GpuContext, Kernel, Recording};
 use crate::ops::glu::Activation;
 use crate::ops::params::{CoopParams, RopeFold};
 use crate::ops::{AnyMat, pc_u32};
-use crate::quant::WeightChunk;
+use crate::quant::{QuantType, WeightChunk};
 
 /// What a cooperative-matrix product reads, as far as its tile depends on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +157,16 @@ impl CoopTile {
     pub const MID8: CoopTile = CoopTile {
         wn: 4,
         tn: 1,
+        ..CoopTile::MID
+    };
+
+    /// 64 rows × 128 tokens with four subgroups of 64 × 32, holding Q4_K
+    /// weights raw to the staging: Q4_K weights of 2+ times more columns
+    /// than rows (down projections) in prompts ([`CoopTile::for_weights`]).
+    pub const DEEP: CoopTile = CoopTile {
+        wm: 1,
+        wn: 4,
+        tm: 4,
         ..CoopTile::MID
     };
 
@@ -404,9 +414,46 @@ impl CoopTile {
             // prompts: narrow weights, but tokens enough for big tiles.
             CoopTile::TALL
         } else if rows >= 1024 || n >= 512 {
-            mid
+            // Eight subgroups on the same 64 × 64 tile where 64 × 64 makes
+            // one to two workgroups per SM: more warps cover each step's
+            // loads. On an H100 inside a prompt (`combs kernel-bench
+            // --prompt-chain`, llama-1b Q4_0 at 512 tokens, µs): output
+            // 55.1 -> 49.3, down 176.4 -> 157.8; Q/K/V (1.5 waves of
+            // 64 × 64 workgroups per SM... 2.9) 59.5 -> 86.1, so not there.
+            let mid_groups = mid.workgroups(rows, n);
+            let sms = sm_count(caps);
+            if n >= 512
+                && rows >= 2048
+                && cols >= 2048
+                && (sms..=2 * sms).contains(&mid_groups)
+                && fits(&CoopTile::MID8)
+            {
+                CoopTile::MID8
+            } else {
+                mid
+            }
         } else {
             CoopTile::SKINNY_WIDE
+        }
+    }
+
+    /// The tile [`CoopTile::choose_for`] chose, adjusted for the weights'
+    /// format: Q4_K weights of two or more columns per row that would run
+    /// on [`CoopTile::WIDE`] (which dequantizes Q4_K as it loads) take
+    /// [`CoopTile::DEEP`], which holds them raw. On an H100 inside a prompt
+    /// (`combs kernel-bench --prompt-chain`, µs): llama-8b's down at 512
+    /// tokens 453 -> 389, at 2048 1771 -> 1660; llama-1b's at 2048 568 ->
+    /// 538. Square weights (the output projection) gain nothing there (8B
+    /// at 2048: 547 -> 581) and Q4_0's down loses (397 -> 446).
+    pub fn for_weights(self, caps: &DeviceCaps, t: QuantType, rows: usize, cols: usize) -> Self {
+        if self == CoopTile::WIDE
+            && t == QuantType::Q4K
+            && cols >= 2 * rows
+            && CoopTile::DEEP.fits_on(caps)
+        {
+            CoopTile::DEEP
+        } else {
+            self
         }
     }
 

@@ -668,6 +668,12 @@ pub fn record_linear(rec: &mut Recording, call: &LinearCall<'_>) -> Result<()> {
                         },
                         matches!(call.output, Output::AccumulateSquares { .. }),
                     )
+                    .for_weights(
+                        rec.context().caps(),
+                        call.weight.qtype(),
+                        chunk.n_rows,
+                        call.weight.cols(),
+                    )
                 });
                 if tile.skinny {
                     skinny::record_chunk(rec, call, chunk, tile)?;
