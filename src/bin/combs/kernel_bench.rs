@@ -567,6 +567,8 @@ fn prompt_chain_bench(
     }
     up.flush()?;
     let (e, q_rows, ff) = (cfg.n_embd, mats[0].rows, cfg.n_ff);
+    // The attention's output width and the rows the rope turns (q and k).
+    let (n_q, n_kv) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
     let halves = |len: usize, seed: u64| -> Vec<half::f16> {
         random_f32(len, seed)
             .iter()
@@ -576,7 +578,7 @@ fn prompt_chain_bench(
     let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(n * e, 11)), "x")?;
     let nw = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(e, 12)), "norm")?;
     let xn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * e, 13)), "xn")?;
-    let attn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * e, 14)), "attn")?;
+    let attn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * n_q, 14)), "attn")?;
     let hidden = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * ff, 15)), "h")?;
     let q = Buffer::new(ctx, (n * q_rows * 4) as u64, MemoryKind::Device, "q")?;
     let y = Buffer::new(ctx, (n * e * 4) as u64, MemoryKind::Device, "y")?;
@@ -629,7 +631,7 @@ fn prompt_chain_bench(
                 record_linear(rec, &call)
             };
             let (qkv_out, residual) = if model {
-                let folded = FoldedRope::adjacent(rope, q_rows - (q_rows - e) / 2)
+                let folded = FoldedRope::adjacent(rope, n_q + n_kv)
                     .ok_or_else(|| ModelError::Internal("rope not foldable".into()))?;
                 (
                     Output::Roped {
@@ -643,7 +645,12 @@ fn prompt_chain_bench(
             };
             record_rms_norm(&mut rec, &norm)?;
             product(&mut rec, wqkv, Input::F16(xnm), qkv_out)?;
-            product(&mut rec, wout, Input::F16(Mat::new(&attn, n, e)), residual)?;
+            product(
+                &mut rec,
+                wout,
+                Input::F16(Mat::new(&attn, n, n_q)),
+                residual,
+            )?;
             record_rms_norm(&mut rec, &norm)?;
             let gated = Output::Gated {
                 out: AnyMat::F16(Mat::new(&hidden, n, ff)),
