@@ -3,10 +3,13 @@
 # (the device tool carries at most 64 MiB, the working tree included):
 #
 #   bench/gpu-pack.sh [--out DIR] [--wheel CYLLAMA_VULKAN.whl] [--test NAME ...]
+#                     [--extra NAME=BINARY ...]
 #
 # DIR (default .gpu/, git-ignored) then holds
 #   combs.xz, <test>.xz   the release binaries, stripped and xz-compressed
 #                         (--test ops_gpu adds target/release/deps/ops_gpu-*)
+#   <NAME>.xz             other binaries (--extra combs-old=PATH: the binary
+#                         of another commit for bench/ab.sh)
 #   debs/                 the Vulkan loader and the GL vendor libraries, which
 #                         the NVIDIA driver needs to load at all
 #   wheel.tar.xz          the llama.cpp wheel without its stable-diffusion
@@ -24,12 +27,14 @@ root="$here/.."
 out="$root/.gpu"
 wheel=""
 tests=()
+extras=()
 while (($#)); do
     case "$1" in
         --out) out="$2"; shift 2 ;;
         --wheel) wheel="$2"; shift 2 ;;
         --test) tests+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --extra) extras+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -47,6 +52,10 @@ for t in "${tests[@]}"; do
     bin="$(ls -t "$target/deps/$t"-* 2>/dev/null | grep -v '\.d$' | head -n1 || true)"
     [[ -n $bin ]] || { echo "no test binary $t (cargo test --release --no-run first)" >&2; exit 1; }
     pack "$bin" "$t"
+done
+for e in "${extras[@]}"; do
+    [[ $e == *=* && -f ${e#*=} ]] || { echo "--extra wants NAME=BINARY, got $e" >&2; exit 2; }
+    pack "${e#*=}" "${e%%=*}"
 done
 
 if ! ls "$out/debs/"libvulkan1_*.deb >/dev/null 2>&1; then
