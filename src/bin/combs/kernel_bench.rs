@@ -15,7 +15,7 @@ use combs::gpu::{Buffer, GpuContext, MemoryKind, Recording, Uploader, WaitMode};
 use combs::models::synth::{SynthConfig, random_weight_bytes};
 use combs::ops::attention::{
     AttentionCall, AttentionOptions, AttentionScratch, AttentionShape, AttentionVariant, KeySplit,
-    MAX_KEY_SPLITS, NewKv, key_splits, record_attention,
+    MAX_KEY_SPLITS, NewKv, NewRows, key_splits, record_attention,
 };
 use combs::ops::kv_store::{CacheAddressing, KvStoreCall, LayerKv, record_kv_store};
 use combs::ops::linear::matvec_q8::Q8Input;
@@ -106,10 +106,11 @@ pub struct KernelBenchArgs {
     /// second in a dependent pair costs the tile.
     #[arg(long)]
     after_norm: bool,
-    /// Also time this many layers of a prompt's products chained as a
-    /// prompt runs them (norm, Q/K/V, output adding into the residual, norm,
-    /// gated gate/up, down adding), at the first --tokens count on f16
-    /// input, each layer its own weights, a timestamp after every dispatch:
+    /// Also time this many layers of a prompt chained as a prompt runs
+    /// them (norm, Q/K/V, the K/V stores and causal attention, output adding
+    /// into the residual, norm, gated gate/up, down adding), at the first
+    /// --tokens count on f16 input, each layer its own weights, a timestamp
+    /// after every dispatch:
     /// µs per product in the chain, to hold against the same tiles alone;
     /// once per --coop-tiles tile (every product on it; `auto`: combs'
     /// choice per product); 0: none.
@@ -535,11 +536,11 @@ fn attention_flops(n: usize, n_ctx: usize, shape: AttentionShape, causal: bool) 
     4.0 * pairs * (shape.n_head * shape.head_dim) as f64
 }
 
-/// `layers` layers of a prompt of `n` tokens through `cfg`'s products,
-/// chained as the model chains them (attention left out: its output is a
-/// buffer of random halves), timed dispatch by dispatch over five replays
-/// after the warm-up of [`time`]; prints the median µs of each product in
-/// the chain.
+/// `layers` layers of a prompt of `n` tokens through `cfg`'s products and
+/// attention, chained as the model chains them (one sequence at positions
+/// 0..n, each layer storing its K/V into the same cache), timed dispatch by
+/// dispatch over five replays after the warm-up of [`time`]; prints the
+/// median µs of each dispatch of a layer.
 fn prompt_chain_bench(
     ctx: &Arc<GpuContext>,
     cfg: &SynthConfig,
@@ -581,12 +582,26 @@ fn prompt_chain_bench(
     let attn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * n_q, 14)), "attn")?;
     let hidden = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * ff, 15)), "h")?;
     let q = Buffer::new(ctx, (n * q_rows * 4) as u64, MemoryKind::Device, "q")?;
+    // One layer's K/V cache of the prompt, addressed as one sequence.
+    let cache = |name| Buffer::new(ctx, (n * n_kv * 2) as u64, MemoryKind::Device, name);
+    let (kc, vc) = (cache("k cache")?, cache("v cache")?);
+    let host_i32 = |v: &[i32], name| -> Result<Arc<Buffer>, CliError> {
+        let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, name)?;
+        b.write_slice(0, v)?;
+        Ok(b)
+    };
+    let page_table = host_i32(&[0], "page table")?;
+    let seq_base = host_i32(&vec![0; n], "sequence bases")?;
+    let shape = AttentionShape {
+        n_head: cfg.n_head,
+        n_head_kv: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+    };
     let y = Buffer::new(ctx, (n * e * 4) as u64, MemoryKind::Device, "y")?;
     // Positions as the workspace holds them (host-visible), the frequencies
     // of a 10000 base.
     let pos: Vec<i32> = (0..n as i32).collect();
-    let positions = Buffer::new(ctx, (4 * n) as u64, MemoryKind::Upload, "positions")?;
-    positions.write_slice(0, &pos)?;
+    let positions = host_i32(&pos, "positions")?;
     let hd = cfg.head_dim;
     let freqs = combs::ops::rope::inv_freq(hd, 10000.0, &combs::ops::rope::RopeScaling::None);
     let inv_freq = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&freqs), "inv freq")?;
@@ -645,6 +660,37 @@ fn prompt_chain_bench(
             };
             record_rms_norm(&mut rec, &norm)?;
             product(&mut rec, wqkv, Input::F16(xnm), qkv_out)?;
+            // The K/V stores and the prompt's causal attention, writing the
+            // output projection's f16 input.
+            let all = Mat::new(&q, n, q_rows);
+            let call = AttentionCall {
+                q: all.cols_at(0, n_q),
+                out: AnyMat::F16(Mat::new(&attn, n, n_q)),
+                kv: LayerKv {
+                    k: &kc,
+                    v: &vc,
+                    at: CacheAddressing {
+                        positions: &positions,
+                        page_table: &page_table,
+                        seq_base: &seq_base,
+                        page_size: n,
+                        ring: 0,
+                    },
+                },
+                new: NewKv::Store(NewRows {
+                    k: all.cols_at(n_q, n_kv),
+                    v: all.cols_at(n_q + n_kv, n_kv),
+                }),
+                shape,
+                opts: AttentionOptions {
+                    scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+                    softcap: 0.0,
+                    window: 0,
+                },
+                variant: None,
+                split: None,
+            };
+            record_attention(&mut rec, &call)?;
             product(
                 &mut rec,
                 wout,
@@ -665,13 +711,27 @@ fn prompt_chain_bench(
         while t0.elapsed() < Duration::from_millis(250) {
             rec.submit_and_wait()?;
         }
-        let names = ["norm", "qkv", "out", "norm", "gate_up", "down"];
-        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        // Each dispatch of a layer by its kernel's name, the products by
+        // theirs, in the order recorded.
+        let mut names: Vec<String> = Vec::new();
+        let mut samples: Vec<Vec<f64>> = Vec::new();
         for _ in 0..5 {
             rec.submit_and_wait()?;
             let stamps = rec.timestamps()?;
+            let per_layer = stamps.len().saturating_sub(1) / layers;
+            if names.is_empty() {
+                let mut products = ["qkv", "out", "gate_up", "down"].into_iter();
+                names = stamps[1..=per_layer]
+                    .iter()
+                    .map(|(label, _)| match label.starts_with("matmul") {
+                        true => products.next().unwrap_or("product").to_string(),
+                        false => label.clone(),
+                    })
+                    .collect();
+                samples = vec![Vec::new(); per_layer];
+            }
             for (i, w) in stamps.windows(2).enumerate() {
-                samples[i % names.len()].push(w[1].1 - w[0].1);
+                samples[i % per_layer.max(1)].push(w[1].1 - w[0].1);
             }
         }
         write!(
