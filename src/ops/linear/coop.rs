@@ -114,7 +114,10 @@ impl CoopTile {
         skinny: false,
         nv2: false,
     };
-    /// 128 × 128 with eight subgroups of 64 × 32 each: prompts.
+    /// 128 × 128 with eight subgroups of 64 × 32 each. No longer chosen:
+    /// inside a prompt [`CoopTile::WIDE`] (less shared memory, so it fits
+    /// wherever this does) runs the same weights faster
+    /// ([`CoopTile::choose_on`]); kept for `combs kernel-bench` and the tests.
     pub const BIG: CoopTile = CoopTile {
         wm: 2,
         wn: 4,
@@ -405,8 +408,8 @@ impl CoopTile {
             // Q4_K alike; llama-1b Q4_0 at 2048 Q/K/V 300 -> 190, output
             // 194 -> 149, gate/up 1270 -> 911, down 532 -> 459
             // (docs/perf-notes.md, "Session 37").
-            if let Some(t) = [CoopTile::WIDE, big].into_iter().find(fits) {
-                return t;
+            if fits(&CoopTile::WIDE) {
+                return CoopTile::WIDE;
             }
         }
         if n >= 1024 && fits(&CoopTile::TALL) && many_waves(caps, big_groups) {
