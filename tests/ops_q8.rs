@@ -664,12 +664,16 @@ fn logits(model: Arc<dyn GenerativeModel>, prompt: &[u32], more: &[u32]) -> Vec<
 /// models show such a flip over their 10 rows. So each sequence must agree
 /// to 1e-5 up to its first flip and stay within 5e-2 after it, and two of
 /// the ten models must agree throughout with fusion off (a wrong product
-/// would flip every one).
+/// would flip every one). Most models' rows differ somewhere from the f32
+/// path's (summation order); a tiny model whose sums are all exact in f32
+/// can match it bit for bit (seed 1796558301469588275: one of 30), so only
+/// a path that never ran would leave most of them identical.
 #[test]
 fn model_int_dot_matches_act_round() {
     int_dot_device();
     let mut rng = Rng::fresh("model_int_dot");
     let (mut clean, mut total) = (0, 0);
+    let (mut ran, mut runs) = (0, 0);
     for _ in 0..5 {
         for (arch, t) in [
             ("llama", QuantType::Q4_0),
@@ -700,11 +704,11 @@ fn model_int_dot_matches_act_round() {
                     assert!(e < 5e-2, "{arch} {t} {fusion:?} row {i}: {e}");
                     differ |= a != b;
                 }
-                // Bit-identical rows would mean the integer path never ran.
-                assert!(
-                    differ,
-                    "{arch} {t} {fusion:?}: the integer path did not run"
-                );
+                if !differ {
+                    eprintln!("{arch} {t} {fusion:?}: bit for bit the f32 path's rows");
+                }
+                ran += usize::from(differ);
+                runs += 1;
                 if fusion == Fusion::Off {
                     clean += usize::from(flipped.is_none());
                     total += 1;
@@ -715,6 +719,11 @@ fn model_int_dot_matches_act_round() {
     assert!(
         clean >= 2,
         "only {clean} of {total} models without a rounding flip"
+    );
+    // Identical rows throughout would mean the integer path never ran.
+    assert!(
+        2 * ran >= runs,
+        "only {ran} of {runs} runs differ from the f32 path: the integer path did not run"
     );
 }
 
