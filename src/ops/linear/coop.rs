@@ -421,8 +421,9 @@ impl CoopTile {
             // one to two workgroups per SM: more warps cover each step's
             // loads. On an H100 inside a prompt (`combs kernel-bench
             // --prompt-chain`, llama-1b Q4_0 at 512 tokens, µs): output
-            // 55.1 -> 49.3, down 176.4 -> 157.8; Q/K/V (1.5 waves of
-            // 64 × 64 workgroups per SM... 2.9) 59.5 -> 86.1, so not there.
+            // 55.1 -> 49.3, down 176.4 -> 157.8 (256 workgroups of 64 × 64
+            // on 132 SMs); Q/K/V (384 workgroups, 2.9 per SM) 59.5 -> 86.1,
+            // so not there.
             let mid_groups = mid.workgroups(rows, n);
             let sms = sm_count(caps);
             if n >= 512
