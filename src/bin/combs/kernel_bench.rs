@@ -412,11 +412,7 @@ fn attention_bench(
     )?;
     let q = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(n_ctx * qw, 12)), "q")?;
     let o = Buffer::new(ctx, (n_ctx * qw * 4) as u64, MemoryKind::Device, "o")?;
-    let host_i32 = |v: &[i32]| -> Result<Arc<Buffer>, CliError> {
-        let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, "ints")?;
-        b.write_slice(0, v)?;
-        Ok(b)
-    };
+    let host_i32 = |v: &[i32]| host_i32(ctx, v, "ints");
     let pos: Vec<i32> = (0..n_ctx as i32).collect();
     let all = host_i32(&pos)?;
     let last = host_i32(&[n_ctx as i32 - 1])?;
@@ -536,19 +532,13 @@ fn attention_flops(n: usize, n_ctx: usize, shape: AttentionShape, causal: bool) 
     4.0 * pairs * (shape.n_head * shape.head_dim) as f64
 }
 
-/// `layers` layers of a prompt of `n` tokens through `cfg`'s products and
-/// attention, chained as the model chains them (one sequence at positions
-/// 0..n, each layer storing its K/V into the same cache), timed dispatch by
-/// dispatch over five replays after the warm-up of [`time`]; prints the
-/// median µs of each dispatch of a layer.
-fn prompt_chain_bench(
+/// A layer's matrices of `cfg` (the head left out) and `layers` random
+/// copies of each, one per layer: `weights[matrix][layer]`.
+fn layer_weights(
     ctx: &Arc<GpuContext>,
     cfg: &SynthConfig,
-    n: usize,
     layers: usize,
-    tile: Option<CoopTile>,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
+) -> Result<(Vec<Matrix>, Vec<Vec<QuantWeight>>), CliError> {
     let t = cfg.qtype;
     let mats: Vec<Matrix> = matrices(cfg)
         .into_iter()
@@ -567,15 +557,41 @@ fn prompt_chain_bench(
         weights.push(v);
     }
     up.flush()?;
+    Ok((mats, weights))
+}
+
+/// `v` in a host-visible buffer (positions, page tables), as the workspace
+/// holds such per-call integers.
+fn host_i32(ctx: &Arc<GpuContext>, v: &[i32], name: &str) -> Result<Arc<Buffer>, CliError> {
+    let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, name)?;
+    b.write_slice(0, v)?;
+    Ok(b)
+}
+
+/// `v` rounded to f16, as a norm writes a tile's input.
+fn to_halves(v: &[f32]) -> Vec<half::f16> {
+    v.iter().map(|&x| half::f16::from_f32(x)).collect()
+}
+
+/// `layers` layers of a prompt of `n` tokens through `cfg`'s products and
+/// attention, chained as the model chains them (one sequence at positions
+/// 0..n, each layer storing its K/V into the same cache), timed dispatch by
+/// dispatch over five replays after the warm-up of [`time`]; prints the
+/// median µs of each dispatch of a layer.
+fn prompt_chain_bench(
+    ctx: &Arc<GpuContext>,
+    cfg: &SynthConfig,
+    n: usize,
+    layers: usize,
+    tile: Option<CoopTile>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let t = cfg.qtype;
+    let (mats, weights) = layer_weights(ctx, cfg, layers)?;
     let (e, q_rows, ff) = (cfg.n_embd, mats[0].rows, cfg.n_ff);
     // The attention's output width and the rows the rope turns (q and k).
     let (n_q, n_kv) = (cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim);
-    let halves = |len: usize, seed: u64| -> Vec<half::f16> {
-        random_f32(len, seed)
-            .iter()
-            .map(|&v| half::f16::from_f32(v))
-            .collect()
-    };
+    let halves = |len: usize, seed: u64| to_halves(&random_f32(len, seed));
     let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(n * e, 11)), "x")?;
     let nw = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(e, 12)), "norm")?;
     let xn = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&halves(n * e, 13)), "xn")?;
@@ -585,11 +601,7 @@ fn prompt_chain_bench(
     // One layer's K/V cache of the prompt, addressed as one sequence.
     let cache = |name| Buffer::new(ctx, (n * n_kv * 2) as u64, MemoryKind::Device, name);
     let (kc, vc) = (cache("k cache")?, cache("v cache")?);
-    let host_i32 = |v: &[i32], name| -> Result<Arc<Buffer>, CliError> {
-        let b = Buffer::new(ctx, (4 * v.len().max(1)) as u64, MemoryKind::Upload, name)?;
-        b.write_slice(0, v)?;
-        Ok(b)
-    };
+    let host_i32 = |v: &[i32], name| host_i32(ctx, v, name);
     let page_table = host_i32(&[0], "page table")?;
     let seq_base = host_i32(&vec![0; n], "sequence bases")?;
     let shape = AttentionShape {
@@ -764,23 +776,7 @@ fn chain_bench(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let t = cfg.qtype;
-    let mats: Vec<Matrix> = matrices(cfg)
-        .into_iter()
-        .filter(|m| m.name != "head")
-        .collect();
-    let mut up = Uploader::new(ctx)?;
-    let mut weights: Vec<Vec<QuantWeight>> = Vec::new();
-    for (i, m) in mats.iter().enumerate() {
-        let mut v = Vec::new();
-        for l in 0..layers {
-            let bytes = random_weight_bytes(t, m.rows, m.cols, (100 * i + l) as u64);
-            v.push(QuantWeight::from_gguf_bytes(
-                ctx, &mut up, m.name, t, m.rows, m.cols, &bytes,
-            )?);
-        }
-        weights.push(v);
-    }
-    up.flush()?;
+    let (mats, weights) = layer_weights(ctx, cfg, layers)?;
     let width = mats.iter().map(|m| m.rows.max(m.cols)).max().unwrap_or(1);
     let x = combs::gpu::upload_new(ctx, bytemuck::cast_slice(&random_f32(width, 9)), "x")?;
     let y = Buffer::new(ctx, (width * 4) as u64, MemoryKind::Device, "y")?;
@@ -1021,7 +1017,7 @@ pub fn run(args: &KernelBenchArgs, out: &mut dyn Write) -> Result<(), CliError> 
             let xv = random_f32(m.cols * n_max, 3);
             let x = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&xv), "x")?;
             // The same values as f16, what the tiles read from a norm.
-            let halves: Vec<half::f16> = xv.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let halves = to_halves(&xv);
             let xh = combs::gpu::upload_new(&ctx, bytemuck::cast_slice(&halves), "x f16")?;
             let y = Buffer::new(&ctx, (m.rows * n_max * 4) as u64, MemoryKind::Device, "y")?;
             // Sums of squares of x (positive) and the norm's weight for --fold-norm.
