@@ -388,8 +388,9 @@ impl CoopTile {
         if wide {
             return CoopTile::WIDE;
         }
-        let big = CoopTile::BIG;
-        let big_groups = big.workgroups(rows, n);
+        // The wave rules below count 128 × 128 workgroups, as they were
+        // measured, though that tile itself is no longer chosen.
+        let big_groups = CoopTile::BIG.workgroups(rows, n);
         let mid = CoopTile::MID;
         // 2048-wide weights only from 1024 tokens: at 512 the 64 × 64
         // tile beats the larger ones on llama-1b's Q/K/V, output and down.
