@@ -145,7 +145,7 @@ impl Sampler {
             -1 => usize::MAX,
             n => n.max(0) as usize,
         };
-        if self.recent.len() > keep.max(1) * 2 && keep != usize::MAX {
+        if self.recent.len() > keep.max(1).saturating_mul(2) {
             let drop = self.recent.len() - keep;
             self.recent.drain(..drop);
         }
