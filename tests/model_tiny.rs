@@ -322,3 +322,66 @@ fn llama_cpp_numerics_match_rounded_reference() {
         cases.len()
     );
 }
+
+/// A decode step's logits are read where the step wrote them, each step
+/// writing the row the previous one did not: they stay those of the last
+/// successful evaluation through failed calls, forks and rewinds, and
+/// decoding, prefilling and decoding again gives what a fresh session does.
+#[test]
+fn decode_logits_read_in_place_survive_failures_and_forks() {
+    let mut rng = Rng::fresh("decode_logits_in_place");
+    let cfg = tiny("llama", rng.next_u64());
+    let (_, model) = load(&cfg);
+    let opts = SessionOptions {
+        n_ctx: 9,
+        ..Default::default()
+    };
+    let toks: Vec<u32> = (0..9).map(|_| rng.below(cfg.n_vocab) as u32).collect();
+    let mut s = Session::new(model.clone(), &opts).expect("session");
+    s.prefill(&toks[..5]).expect("prefill");
+    let mut steps = Vec::new();
+    for &t in &toks[5..8] {
+        s.decode(t).expect("decode");
+        steps.push(s.logits().to_vec());
+    }
+    assert_ne!(steps[1], steps[2], "consecutive steps gave the same row");
+    let last = steps[2].clone();
+    // Failed calls leave the last logits alone.
+    let err = s
+        .decode(cfg.n_vocab as u32)
+        .expect_err("token out of range");
+    assert!(matches!(err, ModelError::TokenOutOfRange { .. }), "{err}");
+    assert_eq!(s.logits(), &last[..]);
+    s.decode(toks[8]).expect("last position");
+    let full = s.logits().to_vec();
+    assert!(matches!(
+        s.decode(1).expect_err("full"),
+        ModelError::ContextFull { .. }
+    ));
+    assert_eq!(s.logits(), &full[..]);
+    // A fork carries them.
+    let f = s.fork().expect("fork");
+    assert_eq!(f.logits(), &full[..]);
+    // Each step against a fresh prefill of the same tokens (prefill may go
+    // through f16 matrix units where decode does not).
+    let tol = if LinearVariant::coop_available(&gpu()) {
+        5e-3
+    } else {
+        1e-5
+    };
+    for (i, got) in steps.iter().chain([&full]).enumerate() {
+        let mut fresh = Session::new(model.clone(), &opts).expect("session");
+        fresh.prefill(&toks[..6 + i]).expect("prefill");
+        let e = rel_err(got, fresh.logits());
+        assert!(
+            e < tol,
+            "decode step {i}: relative error {e} against prefill"
+        );
+    }
+    // Rewound, prefilled and decoded again: the same rows as the first time.
+    s.rewind(5).expect("rewind");
+    s.prefill(&toks[5..6]).expect("prefill");
+    assert!(rel_err(s.logits(), &steps[0]) < tol);
+    s.decode(toks[6]).expect("decode");
+    assert!(rel_err(s.logits(), &steps[1]) < 1e-6);
+}

@@ -218,6 +218,24 @@ pub trait GenerativeModel: Send + Sync {
         first: usize,
         n: usize,
         out_row: usize,
+    ) -> Result<()> {
+        self.record_logits_to(rec, s, first, n, &s.logits, out_row)
+    }
+
+    /// [`GenerativeModel::record_logits`] into rows `dst_row..dst_row + n`
+    /// of the host-visible `dst` instead of `s.logits` (the device rows
+    /// used are `0..n`).
+    ///
+    /// # Errors
+    /// More rows than the workspace or `dst` holds.
+    fn record_logits_to(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        first: usize,
+        n: usize,
+        dst: &Arc<Buffer>,
+        dst_row: usize,
     ) -> Result<()>;
 
     /// Records the final norm and output head for rows `0..n` of the
@@ -561,7 +579,24 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
             .arch
             .head()
             .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
-        Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, out_row, &s.logits)
+        Forward::new(rec, self.planner, &s.work, n)?
+            .logits(&head, first, out_row, &s.logits, out_row)
+    }
+
+    fn record_logits_to(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        first: usize,
+        n: usize,
+        dst: &Arc<Buffer>,
+        dst_row: usize,
+    ) -> Result<()> {
+        let head = self
+            .arch
+            .head()
+            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
+        Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, 0, dst, dst_row)
     }
 
     fn record_logits_top_k(

@@ -265,13 +265,14 @@ impl GenerativeModel for SplitModel {
         Err(not_one_device())
     }
 
-    fn record_logits(
+    fn record_logits_to(
         &self,
         _rec: &mut Recording,
         _s: &Scratch,
         _first: usize,
         _n: usize,
-        _out_row: usize,
+        _dst: &Arc<Buffer>,
+        _dst_row: usize,
     ) -> Result<()> {
         Err(not_one_device())
     }

@@ -59,7 +59,16 @@ pub struct Session {
     model: Arc<dyn GenerativeModel>,
     cache: Box<dyn KVCache>,
     scratch: Scratch,
-    decode_step: Option<Recording>,
+    /// The decode step, one recording per row of `step_logits` it ends in.
+    decode_steps: [Option<Recording>; 2],
+    /// Host-visible room for two rows of logits that decode steps write
+    /// in turn (made at the first decode): each step's row is read in place
+    /// ([`Self::logits`]) while the next step writes the other, so no row
+    /// is copied out and a failed step leaves the last logits as they were.
+    step_logits: Option<Arc<Buffer>>,
+    /// The row of `step_logits` holding the logits of the last position,
+    /// where the last evaluation was a decode step (else `logits` holds them).
+    in_place: Option<usize>,
     /// The decode step ending in the top-k of its logits (`decode_sample`),
     /// with the k it selects and its buffers (lists, candidates).
     sample_step: Option<SampleStep>,
@@ -80,7 +89,7 @@ pub struct Session {
     /// first use, `n_batch` rows of `n_embd`).
     embed_rows: Option<Arc<Buffer>>,
     /// The devices after the first of a model split by layers (`cache`,
-    /// `scratch` and `decode_step` above are the first device's then).
+    /// `scratch` and `decode_steps` above are the first device's then).
     split: Option<Stages>,
 }
 
@@ -143,7 +152,9 @@ impl Session {
             model,
             cache,
             scratch,
-            decode_step: None,
+            decode_steps: [None, None],
+            step_logits: None,
+            in_place: None,
             sample_step: None,
             tokens: Vec::new(),
             n_batch,
@@ -194,6 +205,15 @@ impl Session {
         if let Some(v) = self.lent.as_ref().and_then(|l| l.as_slice().ok()) {
             return v;
         }
+        if let (Some(row), Some(buf)) = (self.in_place, &self.step_logits) {
+            let n_vocab = self.logits.len();
+            // SAFETY: only `Self::decode` (through `&mut self`, so not while
+            // this borrow lives) submits work writing `buf`, and it writes the
+            // other row.
+            if let Ok(v) = unsafe { buf.host_slice::<f32>((row * n_vocab * 4) as u64, n_vocab) } {
+                return v;
+            }
+        }
         &self.logits
     }
 
@@ -230,10 +250,16 @@ impl Session {
             model: self.model.clone(),
             cache: self.cache.fork()?,
             scratch,
-            decode_step: None,
+            decode_steps: [None, None],
+            step_logits: None,
+            in_place: None,
             sample_step: None,
             tokens: self.tokens.clone(),
-            logits: self.logits.clone(),
+            logits: if self.in_place.is_some() {
+                self.logits().to_vec()
+            } else {
+                self.logits.clone()
+            },
             lent: self.lent.clone(),
             kept: self.kept.clone(),
             n_batch: self.n_batch,
@@ -261,6 +287,7 @@ impl Session {
         read_logit_row(self.model.as_ref(), s, row, &mut self.logits)?;
         self.lent = None;
         self.kept = None;
+        self.in_place = None;
         self.tokens.extend_from_slice(tokens);
         Ok(())
     }
@@ -270,6 +297,7 @@ impl Session {
     pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: HostRows<f32>) {
         self.lent = Some(logits);
         self.kept = None;
+        self.in_place = None;
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -283,6 +311,7 @@ impl Session {
     ) {
         self.lent = None;
         self.kept = Some((k, candidates));
+        self.in_place = None;
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -404,6 +433,7 @@ impl Session {
                         self.logits = saved;
                     }
                     self.lent = None;
+                    self.in_place = None;
                     self.kept = kept;
                 }
                 return Err(e);
@@ -561,6 +591,7 @@ impl Session {
         done?;
         self.lent = None;
         self.kept = None;
+        self.in_place = None;
         self.commit(n);
         self.tokens.extend_from_slice(chunk);
         Ok(())
@@ -599,7 +630,7 @@ impl Session {
         };
         let model = self.model.clone();
         let mut calls = vec![n];
-        if n > 1 && self.decode_step.is_none() && ctx.claim_survey(key(1)) {
+        if n > 1 && self.decode_steps[0].is_none() && ctx.claim_survey(key(1)) {
             calls.push(1);
         }
         for &m in &calls {
@@ -655,6 +686,7 @@ impl Session {
         let mut words = vec![0u32; k * 2];
         step.out.read_slice(0, &mut words)?;
         self.lent = None;
+        self.in_place = None;
         let list = decode_top_k(&words);
         let t = sampler.sample_candidates(&list);
         self.kept = Some((k, list));
@@ -701,22 +733,39 @@ impl Session {
             read_logit_row(self.model.as_ref(), scratch, 0, &mut self.logits)?;
             self.lent = None;
             self.kept = None;
+            self.in_place = None;
             self.commit(1);
             self.tokens.push(token);
             return Ok(());
         }
-        if self.decode_step.is_none() {
-            let rec = self.record_token_step(|m, rec, s| m.record_logits(rec, s, 0, 1, 0))?;
-            self.decode_step = Some(rec);
+        // The row the last decode step left alone.
+        let row = self.in_place.map_or(0, |r| 1 - r);
+        let dst = match &self.step_logits {
+            Some(b) => b.clone(),
+            None => {
+                let bytes = 2 * 4 * self.model.spec().n_vocab as u64;
+                let b = Buffer::new(
+                    self.model.context(),
+                    bytes,
+                    MemoryKind::Readback,
+                    "step logits",
+                )?;
+                self.step_logits = Some(b.clone());
+                b
+            }
+        };
+        if self.decode_steps[row].is_none() {
+            let rec =
+                self.record_token_step(|m, rec, s| m.record_logits_to(rec, s, 0, 1, &dst, row))?;
+            self.decode_steps[row] = Some(rec);
         }
-        let step = self
-            .decode_step
+        let step = self.decode_steps[row]
             .as_mut()
             .ok_or_else(|| ModelError::Internal("decode step missing".into()))?;
         step.submit_and_wait()?;
-        read_logit_row(self.model.as_ref(), &self.scratch, 0, &mut self.logits)?;
         self.lent = None;
         self.kept = None;
+        self.in_place = Some(row);
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())

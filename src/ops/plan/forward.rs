@@ -538,7 +538,7 @@ impl<'r, 'a> Forward<'r, 'a> {
 
     /// Records the output head for this call's rows of the residual from
     /// row `first` on into rows `out_row..` of `ws.logits`, then copies them
-    /// to the same rows of `host`.
+    /// to rows `host_row..` of `host`.
     ///
     /// # Errors
     /// Rows beyond the workspace, shapes the kernels do not support.
@@ -548,15 +548,15 @@ impl<'r, 'a> Forward<'r, 'a> {
         first: usize,
         out_row: usize,
         host: &Arc<Buffer>,
+        host_row: usize,
     ) -> Result<()> {
         self.head_logits(head, first, out_row)?;
         let row = (self.ws.shape.n_vocab * 4) as u64;
-        let at = out_row as u64 * row;
         let copy = CopyCall {
             src: &self.ws.logits,
-            src_offset: at,
+            src_offset: out_row as u64 * row,
             dst: host,
-            dst_offset: at,
+            dst_offset: host_row as u64 * row,
             bytes: self.n as u64 * row,
         };
         self.kernels().copy(self.rec, &copy)
