@@ -211,11 +211,41 @@ pub fn get_pipeline(
         .flags(flags)
         .stage(stage)
         .layout(layout)];
+    let dump = std::env::var_os("COMBS_PIPELINE_DUMP");
+    // SAFETY: an empty cache, destroyed below.
+    let cache = match &dump {
+        Some(_) => {
+            unsafe { dev.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                .unwrap_or(vk::PipelineCache::null())
+        }
+        None => vk::PipelineCache::null(),
+    };
     let result = {
         let _gate = ctx.pipelines.creating();
         // SAFETY: module, layout and the create info are valid for this call.
-        unsafe { dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None) }
+        unsafe { dev.create_compute_pipelines(cache, &info, None) }
     };
+    if let (Some(dir), false) = (&dump, cache == vk::PipelineCache::null()) {
+        // The driver's own form of this one pipeline (NVIDIA's holds the
+        // machine code, for offline disassembly): diagnostics only.
+        // SAFETY: the cache is live and used by no other thread.
+        if let Ok(data) = unsafe { dev.get_pipeline_cache_data(cache) } {
+            let name: String = format!("{}-{spec:?}", kernel.name())
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            let path = std::path::Path::new(dir).join(format!("{name}.bin"));
+            let _ = std::fs::write(path, data);
+        }
+        // SAFETY: nothing else holds the cache.
+        unsafe { dev.destroy_pipeline_cache(cache, None) };
+    }
     // SAFETY: the module is no longer needed once the pipeline exists (or failed).
     unsafe { dev.destroy_shader_module(module, None) };
     let raw = result.map_err(|(_, r)| ModelError::vk("vkCreateComputePipelines", r))?[0];
