@@ -7,9 +7,14 @@ Bring DIR back and run here:
 
     scripts/sass.py DIR [--out OUT] [--grep NAME]
 
-Each cubin (ELF) image found in a dump is written to OUT/<dump>.<n>.cubin and
-disassembled with `nvdisasm` (PyPI `nvidia-cuda-nvdisasm`, fetched into
-~/.cache/combs/nvdisasm on first use) to OUT/<dump>.<n>.sass, each
+NVIDIA's driver (tested: 570-series on an H100) stores a pipeline as a
+Vulkan cache header and zstd frames; one of them holds an `NVDANVVMNVuc`
+container whose machine code starts at the offset and has the size given at
+bytes 80 and 76 of it (+8). Each such program (or a plain cubin, where the
+data holds ELF images) is written to OUT/<dump>.<n>.code and disassembled
+with `nvdisasm -b SM90` (PyPI `nvidia-cuda-nvdisasm`, fetched into
+~/.cache/combs/nvdisasm on first use; `zstandard` from PyPI likewise) to
+OUT/<dump>.<n>.sass, each
 instruction followed by its scheduling controls decoded from the encoding
 (sm_70 and later): stall cycles, the scoreboard it sets when its result is
 written (W) or its sources read (R), and the scoreboards it waits for (wait).
@@ -43,6 +48,36 @@ def nvdisasm() -> pathlib.Path:
         sys.exit(f"no nvdisasm in {wheel}")
     found[0].chmod(0o755)
     return found[0]
+
+
+def zstd():
+    try:
+        import zstandard
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "zstandard"], check=True)
+        import zstandard
+    return zstandard
+
+
+def nv_programs(data: bytes):
+    """Yields the machine code of every `NVDANVVMNVuc` container in the zstd
+    frames of NVIDIA pipeline-cache data."""
+    z = zstd()
+    i = data.find(b"\x28\xb5\x2f\xfd")
+    while i >= 0:
+        try:
+            obj = z.ZstdDecompressor().decompressobj()
+            out = obj.decompress(data[i:])
+        except z.ZstdError:
+            out = b""
+        j = out.find(b"NVDANVVMNVuc")
+        while j >= 0 and j + 84 <= len(out):
+            size, off = struct.unpack_from("<II", out, j + 76)
+            code = out[j + off + 8:j + off + 8 + size]
+            if size and len(code) == size and size % 16 == 0:
+                yield code
+            j = out.find(b"NVDANVVMNVuc", j + 12)
+        i = data.find(b"\x28\xb5\x2f\xfd", i + 4)
 
 
 def elf_images(data: bytes):
@@ -100,14 +135,17 @@ def main():
     for f in sorted(src.iterdir()):
         if a.grep not in f.name or f.is_dir():
             continue
-        images = list(elf_images(f.read_bytes()))
+        data = f.read_bytes()
+        images = [(img, True) for img in elf_images(data)]
+        images += [(code, False) for code in nv_programs(data)]
         if not images:
-            print(f"{f.name}: no ELF image in {f.stat().st_size} bytes")
+            print(f"{f.name}: no machine code found in {f.stat().st_size} bytes")
             continue
-        for n, img in enumerate(images):
-            cubin = out / f"{f.stem}.{n}.cubin"
+        for n, (img, elf) in enumerate(images):
+            cubin = out / f"{f.stem}.{n}.{'cubin' if elf else 'code'}"
             cubin.write_bytes(img)
-            r = subprocess.run([str(tool), "-c", "-hex", str(cubin)], capture_output=True, text=True)
+            args = ["-c", "-hex"] if elf else ["-b", "SM90", "-hex"]
+            r = subprocess.run([str(tool), *args, str(cubin)], capture_output=True, text=True)
             rows = list(annotate(r.stdout))
             lines = []
             loads = {}
@@ -122,11 +160,11 @@ def main():
                 if waits:
                     waited += 1
             (out / f"{f.stem}.{n}.sass").write_text("\n".join(lines) + "\n" + r.stderr)
-            regs = re.search(r"EIATTR_REGCOUNT.*?\.word\s+index@\([^)]*\)\s+/\*[0-9a-f]+\*/\s+\.word\s+(0x[0-9a-f]+)",
-                             subprocess.run([str(tool), str(cubin)], capture_output=True,
-                                            text=True).stdout, re.S)
+            # Registers: the highest R<n> named, plus one (a raw program
+            # carries no register count).
+            used = [int(x) for x in re.findall(r"\bR(\d+)\b", r.stdout)]
             print(f"{f.stem}.{n}: {len(rows)} instructions, registers "
-                  f"{int(regs.group(1), 16) if regs else '?'}, loads {loads}, "
+                  f"{max(used) + 1 if used else '?'}, loads {loads}, "
                   f"{waited} wait on a scoreboard")
 
 
