@@ -101,6 +101,9 @@ shared float sc[SC];
 // This invocation's share of one step, loaded ahead of the products.
 f16vec4 wreg[A_SUBS][8];
 f16vec4 xreg[X_REGS];
+#if defined(X_IN_PAIRS)
+uvec4 xraw[X_PAIRS];   // pairs of f16 vec4s as loaded, unpacked at the staging
+#endif
 #if defined(DATA_A_Q4_0)
 // Q4_0 sub-blocks are held raw (quants, scale: 5 registers, not 16) from
 // their load to the staging, which dequantizes; so the next step's loads go
@@ -125,6 +128,16 @@ uint kdd[A_SUBS];
 uint kpart[A_SUBS];
 #endif
 
+// Which of this invocation's loads of the step in flight lie inside the
+// weight (bit i: sub-block i) and the activations (bit i: vec4 or pair i).
+// Raw loads go out unconditionally from clamped addresses and these masks
+// zero what lies outside at the staging: a load under a condition leaves a
+// merge of the loaded and the zero value right behind it, which NVIDIA's
+// compiler resolves there, waiting for the load before the products
+// (`scripts/sass.py` on the H100's tiles, docs/perf-notes.md "Session 39").
+uint wvalid = 0u;
+uint xvalid = 0u;
+
 // Whether this variant's loads hold raw words (issued before the products).
 #if defined(RAW_K)
 const bool RAW_NOW = RAW_Q4K;
@@ -146,45 +159,36 @@ bool x_in_pairs() {
 void load_step(uint step, uint tid, uint row0, uint tok0) {
     const uint subs = p.k / 32u;
     const uint spr = KSTEP / 32u;   // sub-blocks per tile row and step
+    uint wv = 0u;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
         const uint q = tid + i * WGS;
         const uint r = q / spr;
         const uint s = step * spr + q % spr;
 #if defined(RAW_K)
         if (RAW_Q4K) {
-            uvec4 q0 = uvec4(0u), q1 = uvec4(0u);
-            uvec3 sw = uvec3(0u);
-            uint dd = 0u;
-            const uint part = s % 8u;
-            if (q < BM * spr && row0 + r < p.m && s < subs) {
-                const uint ib = ((row0 + r) * subs + s) / 8u;
-                const uint qw = (ib * PLANE0_WORDS + 8u * (part >> 1)) / 4u;
-                q0 = data_a4[qw];
-                q1 = data_a4[qw + 1u];
-                sw = scale_words(ib);
-                dd = data_a[p.nb * QWORDS + ib];   // d and dmin, two f16
-            }
-            kq0[i] = q0;
-            kq1[i] = q1;
-            ksw[i] = sw;
-            kdd[i] = dd;
+            // Outside the weight: block 0's words, zeroed at the staging.
+            const bool ok = q < BM * spr && row0 + r < p.m && s < subs;
+            const uint part = ok ? s % 8u : 0u;
+            const uint ib = ok ? ((row0 + r) * subs + s) / 8u : 0u;
+            const uint qw = (ib * PLANE0_WORDS + 8u * (part >> 1)) / 4u;
+            kq0[i] = data_a4[qw];
+            kq1[i] = data_a4[qw + 1u];
+            ksw[i] = scale_words(ib);
+            kdd[i] = data_a[p.nb * QWORDS + ib];   // d and dmin, two f16
             kpart[i] = part;
+            wv |= ok ? 1u << i : 0u;
             continue;
         }
 #elif defined(RAW_W)
         {
-            uvec4 qw = uvec4(0u);
-            float d = 0.0;
-            if (q < BM * spr && row0 + r < p.m && s < subs) {
-                const uint ib = (row0 + r) * subs + s;
-                const uint p0 = ib * PLANE0_WORDS;
-                // One 16-byte load, not four of 4 bytes: the 8B's gate/up
-                // at 512 tokens 944 -> 775 us on the H100.
-                qw = data_a4[p0 / 4u];
-                d = a_scale(p.nb, ib, 0u);
-            }
-            wq[i] = qw;
-            wd[i] = d;
+            // Outside the weight: sub-block 0, zeroed at the staging.
+            const bool ok = q < BM * spr && row0 + r < p.m && s < subs;
+            const uint ib = ok ? (row0 + r) * subs + s : 0u;
+            // One 16-byte load, not four of 4 bytes: the 8B's gate/up
+            // at 512 tokens 944 -> 775 us on the H100.
+            wq[i] = data_a4[ib * PLANE0_WORDS / 4u];
+            wd[i] = a_scale(p.nb, ib, 0u);
+            wv |= ok ? 1u << i : 0u;
             continue;
         }
 #endif
@@ -200,20 +204,21 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
             wreg[i][j] = f16vec4(w[j]);
         }
     }
+    wvalid = wv;
     const uint vpr = KSTEP / 4u;    // vec4s per token row and step
+    uint xv = 0u;
 #if defined(X_IN_PAIRS)
     if (x_in_pairs()) {
         [[unroll]] for (uint i = 0u; i < X_PAIRS; i++) {
             const uint v = 2u * (tid + i * WGS);   // the first vec4 of the pair
             const uint t = v / vpr;
             const uint c = step * KSTEP + 4u * (v % vpr);
-            uvec4 u = uvec4(0u);
-            if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
-                u = data_xu4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 8u];
-            }
-            xreg[2u * i] = f16vec4(unpackFloat2x16(u.x), unpackFloat2x16(u.y));
-            xreg[2u * i + 1u] = f16vec4(unpackFloat2x16(u.z), unpackFloat2x16(u.w));
+            // Outside the activations: their first pair, zeroed at the staging.
+            const bool ok = v < BN * vpr && tok0 + t < p.n && c < p.k;
+            xraw[i] = data_xu4[(p.x_offset + (ok ? (tok0 + t) * p.ld_x + c : 0u)) / 8u];
+            xv |= ok ? 1u << i : 0u;
         }
+        xvalid = xv;
         return;
     }
 #endif
@@ -222,19 +227,20 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
         const uint t = v / vpr;
         const uint c = step * KSTEP + 4u * (v % vpr);
 #if defined(X_F16)
-        f16vec4 x = f16vec4(0.0);
-        if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
-            x = data_xh4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
-        }
-        xreg[i] = x;
+        // Outside the activations: their first vec4, zeroed at the staging.
+        const bool ok = v < BN * vpr && tok0 + t < p.n && c < p.k;
+        xreg[i] = data_xh4[(p.x_offset + (ok ? (tok0 + t) * p.ld_x + c : 0u)) / 4u];
+        xv |= ok ? 1u << i : 0u;
 #else
         vec4 x = vec4(0.0);
         if (v < BN * vpr && tok0 + t < p.n && c < p.k) {
             x = data_x4[(p.x_offset + (tok0 + t) * p.ld_x + c) / 4u];
         }
         xreg[i] = f16vec4(x);
+        xv |= 1u << i;   // zeroed at the load
 #endif
     }
+    xvalid = xv;
 }
 
 void store_step(uint tid) {
@@ -247,7 +253,7 @@ void store_step(uint tid) {
             if (RAW_Q4K) {
                 // dequant_sub32's arithmetic, on the held words.
                 const uvec2 sm = scale_min_words(ksw[i], kpart[i]);
-                const vec2 dm = unpackHalf2x16(kdd[i]);
+                const vec2 dm = (wvalid >> i & 1u) != 0u ? unpackHalf2x16(kdd[i]) : vec2(0.0);
                 const float dl = dm.x * float(sm.x);
                 const float ml = dm.y * float(sm.y);
                 const uint sh = 4u * (kpart[i] & 1u);
@@ -259,7 +265,8 @@ void store_step(uint tid) {
             }
 #elif defined(RAW_W)
             {
-                const float d = wd[i], m = -8.0 * d;
+                const float d = (wvalid >> i & 1u) != 0u ? wd[i] : 0.0;
+                const float m = -8.0 * d;
                 [[unroll]] for (uint k = 0u; k < 4u; k++) {
                     sa[base + k] = f16vec4(nib4(wq[i][k], 0u) * d + m);
                     sa[base + k + 4u] = f16vec4(nib4(wq[i][k], 4u) * d + m);
@@ -279,8 +286,9 @@ void store_step(uint tid) {
             const uint v = 2u * (tid + i * WGS);
             if (v < BN * vpr) {
                 const uint at = (v / vpr) * SA4 + v % vpr;
-                sx[at] = xreg[2u * i];
-                sx[at + 1u] = xreg[2u * i + 1u];
+                const uvec4 u = (xvalid >> i & 1u) != 0u ? xraw[i] : uvec4(0u);
+                sx[at] = f16vec4(unpackFloat2x16(u.x), unpackFloat2x16(u.y));
+                sx[at + 1u] = f16vec4(unpackFloat2x16(u.z), unpackFloat2x16(u.w));
             }
         }
         return;
@@ -289,7 +297,7 @@ void store_step(uint tid) {
     [[unroll]] for (uint i = 0u; i < X_VECS; i++) {
         const uint v = tid + i * WGS;
         if (v < BN * vpr) {
-            sx[(v / vpr) * SA4 + v % vpr] = xreg[i];
+            sx[(v / vpr) * SA4 + v % vpr] = (xvalid >> i & 1u) != 0u ? xreg[i] : f16vec4(0.0);
         }
     }
 }
@@ -326,8 +334,10 @@ void main() {
         // at 512 tokens 1108 -> 1072 us). (Formats dequantized at load
         // would stall here on their loads instead: measured slower, see
         // docs/perf-notes.md.)
-        if (RAW_NOW && step + 1u < steps) {
-            load_step(step + 1u, tid, row0, tok0);
+        // Unconditional (the last step loads its own words again, unused),
+        // so that no merge after a branch waits on them either.
+        if (RAW_NOW) {
+            load_step(min(step + 1u, steps - 1u), tid, row0, tok0);
         }
         [[unroll]] for (uint c = 0u; c < BK; c += 16u) {
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma[TM];
