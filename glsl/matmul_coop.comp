@@ -51,9 +51,10 @@ const uint X_VECS = (BN * KSTEP / 4u + WGS - 1u) / WGS;
 #if defined(X_F16) && !defined(DATA_A_Q4_0)
 // f16 activations in pairs of vec4s (16-byte loads) where the rows allow
 // (x_in_pairs). Not for Q4_0: on an H100 pairs made its 8B Q/K/V and
-// gate/up at 512 tokens 10% slower (cause not found), where they made
+// gate/up at 512 tokens 10% slower (measured while the loads were still
+// waited for before the products; not re-timed since), where they made
 // Q4_K's Q/K/V 28% faster and Q6_K's, Q8_0's gate/up 5-6%
-// (docs/perf-notes.md, "Session 32").
+// (docs/perf-notes.md, "Session 32", "Session 39").
 #define X_IN_PAIRS 1
 const uint X_PAIRS = (BN * KSTEP / 8u + WGS - 1u) / WGS;
 const uint X_REGS = X_VECS > 2u * X_PAIRS ? X_VECS : 2u * X_PAIRS;
