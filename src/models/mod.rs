@@ -495,6 +495,24 @@ impl<A: Architecture> Loaded<A> {
     pub fn arch(&self) -> &A {
         &self.arch
     }
+
+    /// The head over rows `first..first + n` into device rows `out_row..`,
+    /// copied to rows `dst_row..` of `dst`.
+    fn record_head(
+        &self,
+        rec: &mut Recording,
+        s: &Scratch,
+        (first, n): (usize, usize),
+        out_row: usize,
+        dst: &Arc<Buffer>,
+        dst_row: usize,
+    ) -> Result<()> {
+        let head = self
+            .arch
+            .head()
+            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
+        Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, out_row, dst, dst_row)
+    }
 }
 
 impl<A: Architecture> GenerativeModel for Loaded<A> {
@@ -575,12 +593,7 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
         n: usize,
         out_row: usize,
     ) -> Result<()> {
-        let head = self
-            .arch
-            .head()
-            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
-        Forward::new(rec, self.planner, &s.work, n)?
-            .logits(&head, first, out_row, &s.logits, out_row)
+        self.record_head(rec, s, (first, n), out_row, &s.logits, out_row)
     }
 
     fn record_logits_to(
@@ -592,11 +605,7 @@ impl<A: Architecture> GenerativeModel for Loaded<A> {
         dst: &Arc<Buffer>,
         dst_row: usize,
     ) -> Result<()> {
-        let head = self
-            .arch
-            .head()
-            .ok_or_else(|| ModelError::Internal("logits on an earlier stage of a split".into()))?;
-        Forward::new(rec, self.planner, &s.work, n)?.logits(&head, first, 0, dst, dst_row)
+        self.record_head(rec, s, (first, n), 0, dst, dst_row)
     }
 
     fn record_logits_top_k(
