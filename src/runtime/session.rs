@@ -54,6 +54,24 @@ struct SampleStep {
     out: Arc<Buffer>,
 }
 
+/// Where a session finds the logits of its last position: each kind of
+/// step leaves them somewhere else, and only one place is right at a time.
+#[derive(Clone)]
+enum LastLogits {
+    /// In the session's own vector (prompts, split models, nothing yet).
+    Own,
+    /// In a row of a batched runner's readback buffer, read in place (while
+    /// the session holds it, the runner writes its next steps elsewhere).
+    Lent(HostRows<f32>),
+    /// Still on the device: the step drew its token from its best logits
+    /// only ([`Session::decode_sample`],
+    /// [`crate::runtime::Model::decode_batch_sample`]), and these are how
+    /// many it selected and those (`(token, logit)`, best first).
+    Kept(usize, Vec<(u32, f32)>),
+    /// In this row of the session's `step_logits`, written by a decode step.
+    InPlace(usize),
+}
+
 /// One sequence being evaluated on a model.
 pub struct Session {
     model: Arc<dyn GenerativeModel>,
@@ -66,24 +84,14 @@ pub struct Session {
     /// ([`Self::logits`]) while the next step writes the other, so no row
     /// is copied out and a failed step leaves the last logits as they were.
     step_logits: Option<Arc<Buffer>>,
-    /// The row of `step_logits` holding the logits of the last position,
-    /// where the last evaluation was a decode step (else `logits` holds them).
-    in_place: Option<usize>,
     /// The decode step ending in the top-k of its logits (`decode_sample`),
     /// with the k it selects and its buffers (lists, candidates).
     sample_step: Option<SampleStep>,
     tokens: Vec<u32>,
+    /// The last position's logits where [`LastLogits::Own`] says so.
     logits: Vec<f32>,
-    /// Where the logits are instead of `logits` after a batched step: a row
-    /// of the runner's readback buffer, read in place (while the session
-    /// holds it, the runner writes its next steps elsewhere).
-    lent: Option<HostRows<f32>>,
-    /// When the last step's logits stayed on the device (a step that drew
-    /// its token from its best logits only, [`Self::decode_sample`] or
-    /// [`crate::runtime::Model::decode_batch_sample`]): how many it
-    /// selected and those (`(token, logit)`, best first), for
-    /// [`Self::sample`].
-    kept: Option<(usize, Vec<(u32, f32)>)>,
+    /// Where the last position's logits are.
+    last: LastLogits,
     n_batch: usize,
     /// Staging of caller-given input rows of one forward call (made on
     /// first use, `n_batch` rows of `n_embd`).
@@ -147,14 +155,12 @@ impl Session {
             .map_err(|e| name_memory(e, format!("scratch of a new session (batch {n_batch})")))?;
         Ok(Session {
             logits: vec![0.0; spec.n_vocab],
-            lent: None,
-            kept: None,
+            last: LastLogits::Own,
             model,
             cache,
             scratch,
             decode_steps: [None, None],
             step_logits: None,
-            in_place: None,
             sample_step: None,
             tokens: Vec::new(),
             n_batch,
@@ -199,22 +205,19 @@ impl Session {
     /// ([`crate::runtime::Model::decode_batch_sample`]), whose logits were
     /// never read back.
     pub fn logits(&self) -> &[f32] {
-        if self.kept.is_some() {
-            return &[];
-        }
-        if let Some(v) = self.lent.as_ref().and_then(|l| l.as_slice().ok()) {
-            return v;
-        }
-        if let (Some(row), Some(buf)) = (self.in_place, &self.step_logits) {
-            let n_vocab = self.logits.len();
-            // SAFETY: only `Self::decode` (through `&mut self`, so not while
-            // this borrow lives) submits work writing `buf`, and it writes the
-            // other row.
-            if let Ok(v) = unsafe { buf.host_slice::<f32>((row * n_vocab * 4) as u64, n_vocab) } {
-                return v;
+        match (&self.last, &self.step_logits) {
+            (LastLogits::Own, _) => &self.logits,
+            (LastLogits::Kept(..), _) => &[],
+            (LastLogits::Lent(rows), _) => rows.as_slice().unwrap_or(&[]),
+            (LastLogits::InPlace(row), Some(buf)) => {
+                let n_vocab = self.logits.len();
+                // SAFETY: only `Self::decode` (through `&mut self`, so not
+                // while this borrow lives) submits work writing `buf`, and
+                // it writes the other row.
+                unsafe { buf.host_slice::<f32>((row * n_vocab * 4) as u64, n_vocab) }.unwrap_or(&[])
             }
+            (LastLogits::InPlace(_), None) => &[],
         }
-        &self.logits
     }
 
     /// Bytes of device memory of the KV cache.
@@ -252,16 +255,17 @@ impl Session {
             scratch,
             decode_steps: [None, None],
             step_logits: None,
-            in_place: None,
             sample_step: None,
             tokens: self.tokens.clone(),
-            logits: if self.in_place.is_some() {
-                self.logits().to_vec()
-            } else {
-                self.logits.clone()
+            // The fork has no step rows of its own yet.
+            logits: match self.last {
+                LastLogits::InPlace(_) => self.logits().to_vec(),
+                _ => self.logits.clone(),
             },
-            lent: self.lent.clone(),
-            kept: self.kept.clone(),
+            last: match &self.last {
+                LastLogits::InPlace(_) => LastLogits::Own,
+                other => other.clone(),
+            },
             n_batch: self.n_batch,
             embed_rows: None,
             split,
@@ -285,9 +289,7 @@ impl Session {
         // Straight from the batch's readback buffer into this session's
         // logits: one copy of the row.
         read_logit_row(self.model.as_ref(), s, row, &mut self.logits)?;
-        self.lent = None;
-        self.kept = None;
-        self.in_place = None;
+        self.last = LastLogits::Own;
         self.tokens.extend_from_slice(tokens);
         Ok(())
     }
@@ -295,9 +297,7 @@ impl Session {
     /// [`Self::accept_batch`] with the logits left where the step wrote
     /// them, read in place until this session's next evaluation.
     pub(crate) fn accept_batch_lent(&mut self, tokens: &[u32], logits: HostRows<f32>) {
-        self.lent = Some(logits);
-        self.kept = None;
-        self.in_place = None;
+        self.last = LastLogits::Lent(logits);
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -309,9 +309,7 @@ impl Session {
         k: usize,
         candidates: Vec<(u32, f32)>,
     ) {
-        self.lent = None;
-        self.kept = Some((k, candidates));
-        self.in_place = None;
+        self.last = LastLogits::Kept(k, candidates);
         self.tokens.extend_from_slice(tokens);
     }
 
@@ -323,7 +321,7 @@ impl Session {
     /// After a device-sampled step, a sampler needing more of the row than
     /// that step selected (a chain without top-k, a larger top-k).
     pub fn sample(&self, sampler: &mut Sampler) -> Result<u32> {
-        let Some((k, list)) = &self.kept else {
+        let LastLogits::Kept(k, list) = &self.last else {
             return Ok(sampler.sample(self.logits()));
         };
         match sampler.candidates_needed() {
@@ -414,7 +412,13 @@ impl Session {
         let spans = self.check_spans(tokens.len(), rows)?;
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
-        let kept = self.kept.clone();
+        // What a failed prompt restores: the logits as they were, copied
+        // unless the device kept them (the steps between overwrite every
+        // other place).
+        let kept = match &self.last {
+            LastLogits::Kept(..) => Some(self.last.clone()),
+            _ => None,
+        };
         let saved = if multi && kept.is_none() {
             self.logits().to_vec()
         } else {
@@ -429,12 +433,13 @@ impl Session {
                 // page pool runs out part way through a long one).
                 if multi {
                     let _ = self.rewind(start);
-                    if kept.is_none() {
-                        self.logits = saved;
-                    }
-                    self.lent = None;
-                    self.in_place = None;
-                    self.kept = kept;
+                    self.last = match kept {
+                        Some(k) => k,
+                        None => {
+                            self.logits = saved;
+                            LastLogits::Own
+                        }
+                    };
                 }
                 return Err(e);
             }
@@ -589,9 +594,7 @@ impl Session {
         };
         self.logits = logits;
         done?;
-        self.lent = None;
-        self.kept = None;
-        self.in_place = None;
+        self.last = LastLogits::Own;
         self.commit(n);
         self.tokens.extend_from_slice(chunk);
         Ok(())
@@ -685,11 +688,9 @@ impl Session {
         step.rec.submit_and_wait()?;
         let mut words = vec![0u32; k * 2];
         step.out.read_slice(0, &mut words)?;
-        self.lent = None;
-        self.in_place = None;
         let list = decode_top_k(&words);
         let t = sampler.sample_candidates(&list);
-        self.kept = Some((k, list));
+        self.last = LastLogits::Kept(k, list);
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(t)
@@ -731,15 +732,16 @@ impl Session {
                 .head_scratch()
                 .ok_or_else(|| ModelError::Internal("split without a last stage".into()))?;
             read_logit_row(self.model.as_ref(), scratch, 0, &mut self.logits)?;
-            self.lent = None;
-            self.kept = None;
-            self.in_place = None;
+            self.last = LastLogits::Own;
             self.commit(1);
             self.tokens.push(token);
             return Ok(());
         }
         // The row the last decode step left alone.
-        let row = self.in_place.map_or(0, |r| 1 - r);
+        let row = match self.last {
+            LastLogits::InPlace(r) => 1 - r,
+            _ => 0,
+        };
         let dst = match &self.step_logits {
             Some(b) => b.clone(),
             None => {
@@ -763,9 +765,7 @@ impl Session {
             .as_mut()
             .ok_or_else(|| ModelError::Internal("decode step missing".into()))?;
         step.submit_and_wait()?;
-        self.lent = None;
-        self.kept = None;
-        self.in_place = Some(row);
+        self.last = LastLogits::InPlace(row);
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())
