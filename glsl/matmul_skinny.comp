@@ -101,7 +101,15 @@ shared float sr[TOK];
 // current tile's products, so the loads' latency hides behind them (and
 // five registers per sub-block hold them instead of sixteen).
 uvec4 wraw[A_SUBS];
-float16_t wscale[A_SUBS];
+// The word holding each sub-block's f16 scale, converted at the store; bit
+// i of wodd: the upper half; of wvalid: the sub-block lies inside the
+// weight. The loads go out unconditionally (sub-block 0 where outside):
+// a load under a condition, or a conversion of what it loads, leaves work
+// right behind it that waits for it before the products (matmul_coop.comp,
+// docs/perf-notes.md "Session 39").
+uint wscale[A_SUBS];
+uint wodd = 0u;
+uint wvalid = 0u;
 #else
 // This invocation's weights of the next row tile.
 f16vec4 wreg[A_SUBS][8];
@@ -131,22 +139,20 @@ void dequant_q4_0_f16(uvec4 raw, float16_t scale, out f16vec4 w[8]) {
 
 void load_a(uint row, uint c, uint lane) {
     const uint subs = p.k / 32u;
+    uint wo = 0u;
+    uint wv = 0u;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
         const uint u = lane + 32u * i;
         const uint r = row + u / SPC;
         const uint s = c * SPC + u % SPC;
 #if defined(DATA_A_Q4_0)
-        // (a zero scale makes the padding's weights zeros)
-        uvec4 raw = uvec4(0u);
-        float16_t d = float16_t(0.0);
-        if (r < p.m && s < subs) {
-            const uint ib = r * subs + s;
-            // One 16-byte load, not four of 4 bytes (as matmul_coop.comp).
-            raw = data_a4[ib * PLANE0_WORDS / 4u];
-            d = float16_t(a_scale(p.nb, ib, 0u));
-        }
-        wraw[i] = raw;
-        wscale[i] = d;
+        const bool ok = r < p.m && s < subs;
+        const uint ib = ok ? r * subs + s : 0u;
+        // One 16-byte load, not four of 4 bytes (as matmul_coop.comp).
+        wraw[i] = data_a4[ib * PLANE0_WORDS / 4u];
+        wscale[i] = data_a[p.nb * QWORDS + (ib >> 1)];
+        wo |= (ib & 1u) << i;
+        wv |= ok ? 1u << i : 0u;
 #else
         vec4 w[8];
         if (r < p.m && s < subs) {
@@ -161,6 +167,10 @@ void load_a(uint row, uint c, uint lane) {
         }
 #endif
     }
+#if defined(DATA_A_Q4_0)
+    wodd = wo;
+    wvalid = wv;
+#endif
 }
 
 void store_a(uint abase, uint lane) {
@@ -169,7 +179,10 @@ void store_a(uint abase, uint lane) {
         const uint o = abase + (u / SPC) * S4 + (u % SPC) * 8u;
 #if defined(DATA_A_Q4_0)
         f16vec4 w[8];
-        dequant_q4_0_f16(wraw[i], wscale[i], w);
+        // (a zero scale makes the padding's weights zeros)
+        const vec2 dw = unpackHalf2x16(wscale[i]);
+        const float d = (wvalid >> i & 1u) == 0u ? 0.0 : (wodd >> i & 1u) != 0u ? dw.y : dw.x;
+        dequant_q4_0_f16(wraw[i], float16_t(d), w);
         [[unroll]] for (uint j = 0u; j < 8u; j++) {
             sa[o + j] = w[j];
         }
@@ -321,11 +334,22 @@ void main() {
             subgroupBarrier();
             // The next tile's weights (or the next chunk's first) load
             // while this one multiplies.
+            // Q4_0's unconditionally (the last chunk's last tile loads its
+            // own weights again, unused), so no merge after a branch waits
+            // on them either.
+#if defined(DATA_A_Q4_0)
+            if (i + 1u < TM) {
+                load_a(srow + 16u * (i + 1u), c, lane);
+            } else {
+                load_a(srow, c + stride < chunks ? c + stride : c, lane);
+            }
+#else
             if (i + 1u < TM) {
                 load_a(srow + 16u * (i + 1u), c, lane);
             } else if (c + stride < chunks) {
                 load_a(srow, c + stride, lane);
             }
+#endif
             [[unroll]] for (uint j = 0u; j < KM; j++) {
                 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma;
                 // A(r, k) = sa[r * S4 + k / 4]: row-major
