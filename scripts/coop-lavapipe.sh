@@ -67,6 +67,8 @@ scale("src/ops/linear/coop.rs", [
     ("(self.wn * self.tn * 16) as usize", "(self.wn * self.tn * 8) as usize"),
     ("32 * self.wm * self.wn * self.wk", "8 * self.wm * self.wn * self.wk"),
     ("            256 * self.wm * self.wn\n", "            64 * self.wm * self.wn\n"),
+    ("self.wm * self.tm * self.tn * 256", "self.wm * self.tm * self.tn * 64"),
+    ("* subgroups * 16 * (1 + self.tn as usize)", "* subgroups * 8 * (1 + self.tn as usize)"),
     ("                self.invocations(),\n                32,\n                self.wm,\n                self.wn,",
      "                self.invocations(),\n                8,\n                self.wm,\n                self.wn,"),
     ("                self.invocations(),\n                32,\n                self.wm,\n                self.wk,",
