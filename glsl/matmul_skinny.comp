@@ -54,6 +54,10 @@ layout(constant_id = 6) const uint TN = 1;        // 16-token blocks per workgro
 // the sums of squares (LINEAR_SQUARES_OUT) assume 16-row tiles.
 const uint MS = 16u;
 const uint LANES = 32u;
+// true (scripts/coop-lavapipe.sh): every subgroup walks as many K chunks,
+// those past K all zeros, since lavapipe's subgroup-scope matrices go wrong
+// where the subgroups of a workgroup run different numbers of them.
+const bool UNIFORM_CHUNKS = false;
 const uint NSG = WM * WK;
 const uint TOK = MS * TN;           // tokens per workgroup
 const uint WGS = NSG * LANES;
@@ -227,6 +231,8 @@ void main() {
     const uint chunks = (p.k + BK - 1u) / BK;
     const uint first = sk;   // this subgroup's first chunk
     const uint stride = WK;
+    // The chunks this workgroup's subgroups walk.
+    const uint walk = UNIFORM_CHUNKS ? (chunks + stride - 1u) / stride * stride : chunks;
 
     // acc[i * TN + u]: row tile i, token block u
     coopmat<float, gl_ScopeSubgroup, MS, MS, gl_MatrixUseAccumulator> acc[TM * TN];
@@ -248,7 +254,7 @@ void main() {
         }
     }
 #endif
-    if (first < chunks) {
+    if (first < walk) {
         load_a(srow, first, lane);
     }
 #if defined(NORM_IN)
@@ -282,7 +288,7 @@ void main() {
     }
     scale = min(scale, 65504.0);
 #endif
-    for (uint c = first; c < chunks; c += stride) {
+    for (uint c = first; c < walk; c += stride) {
 #if defined(NORM_IN)
         // Where VPC divides 32, all of a lane's vectors share 4 columns:
         // one load of the norm's weight per chunk.
@@ -348,12 +354,12 @@ void main() {
             if (i + 1u < TM) {
                 load_a(srow + MS * (i + 1u), c, lane);
             } else {
-                load_a(srow, c + stride < chunks ? c + stride : c, lane);
+                load_a(srow, c + stride < walk ? c + stride : c, lane);
             }
 #else
             if (i + 1u < TM) {
                 load_a(srow + MS * (i + 1u), c, lane);
-            } else if (c + stride < chunks) {
+            } else if (c + stride < walk) {
                 load_a(srow, c + stride, lane);
             }
 #endif

@@ -61,6 +61,7 @@ scale("glsl/matmul_coop.comp", [
 ])
 scale("glsl/matmul_skinny.comp", [
     ("const uint MS = 16u;", "const uint MS = 8u;"), ("const uint LANES = 32u;", "const uint LANES = 8u;"),
+    ("const bool UNIFORM_CHUNKS = false;", "const bool UNIFORM_CHUNKS = true;"),
 ])
 scale("src/ops/linear/coop.rs", [
     ("(self.wm * self.tm * 16) as usize", "(self.wm * self.tm * 8) as usize"),
