@@ -48,14 +48,25 @@ layout(constant_id = 4) const uint TM = 1;        // 16-row matrices per subgrou
 layout(constant_id = 5) const uint BK = 64;       // columns per chunk (multiple of 64)
 layout(constant_id = 6) const uint TN = 1;        // 16-token blocks per workgroup
 
+// The matrices' side and the lanes of a subgroup the layout is written
+// for: 16 and 32 wherever combs runs this kernel. scripts/coop-lavapipe.sh
+// sets 8 and 8 to run it on lavapipe's 8x8 matrices and 8-lane subgroups;
+// the sums of squares (LINEAR_SQUARES_OUT) assume 16-row tiles.
+const uint MS = 16u;
+const uint LANES = 32u;
+// true (scripts/coop-lavapipe.sh): every subgroup walks as many K chunks,
+// those past K all zeros, since lavapipe's subgroup-scope matrices go wrong
+// where the subgroups of a workgroup run different numbers of them.
+const bool UNIFORM_CHUNKS = false;
 const uint NSG = WM * WK;
-const uint TOK = 16u * TN;          // tokens per workgroup
-const uint WGS = NSG * 32u;
+const uint TOK = MS * TN;           // tokens per workgroup
+const uint WGS = NSG * LANES;
 const uint SPC = BK / 32u;          // sub-blocks per row and chunk
 const uint VPC = BK / 4u;           // 4-element vectors per token and chunk
-const uint A_SUBS = 16u * SPC / 32u; // weight sub-blocks per invocation and row tile
-const uint X_VECS = TOK * VPC / 32u;
-const uint KM = BK / 16u;           // B matrices per chunk
+const uint A_SUBS = MS * SPC / LANES; // weight sub-blocks per invocation and row tile
+const uint X_VECS = TOK * VPC / LANES;
+const uint KM = BK / MS;            // B matrices per chunk
+const uint MV = MS / 4u;            // f16vec4s along one matrix's side
 // f16vec4 row stride of a subgroup's tiles; the 8 extra halves spread rows
 // over banks (cooperative-matrix loads need strides of whole 16 bytes).
 const uint S4 = (BK + 8u) / 4u;
@@ -87,11 +98,11 @@ layout(binding = 8) readonly buffer NW { vec4 data_nw4[]; };
 #include "common/coop_out.glsl"
 
 // Per subgroup: one 16-row tile of weights and its TOK tokens of the current chunk.
-shared f16vec4 sa[NSG * 16u * S4];
+shared f16vec4 sa[NSG * MS * S4];
 shared f16vec4 sx[NSG * TOK * S4];
 // Per row group: the sum of its K subgroups' results, token-major 16 x 16
 // tiles, (row tile, token block) in row-tile-major order.
-shared float sc[WM * TM * TN * 256u];
+shared float sc[WM * TM * TN * MS * MS];
 // NORM_IN: each token's 1 / rms of the workgroup's TOK.
 shared float sr[TOK];
 
@@ -142,7 +153,7 @@ void load_a(uint row, uint c, uint lane) {
     uint wo = 0u;
     uint wv = 0u;
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint u = lane + 32u * i;
+        const uint u = lane + LANES * i;
         const uint r = row + u / SPC;
         const uint s = c * SPC + u % SPC;
 #if defined(DATA_A_Q4_0)
@@ -175,7 +186,7 @@ void load_a(uint row, uint c, uint lane) {
 
 void store_a(uint abase, uint lane) {
     [[unroll]] for (uint i = 0u; i < A_SUBS; i++) {
-        const uint u = lane + 32u * i;
+        const uint u = lane + LANES * i;
         const uint o = abase + (u / SPC) * S4 + (u % SPC) * 8u;
 #if defined(DATA_A_Q4_0)
         f16vec4 w[8];
@@ -212,19 +223,21 @@ void main() {
     const uint lane = tid % SUBGROUP;
     const uint sm = sg % WM;
     const uint sk = sg / WM;
-    const uint row0 = gl_WorkGroupID.x * WM * TM * 16u;
+    const uint row0 = gl_WorkGroupID.x * WM * TM * MS;
     const uint tok0 = gl_WorkGroupID.y * TOK;
-    const uint srow = row0 + sm * TM * 16u;   // this subgroup's first row
-    const uint base = sg * 16u * S4;          // its staging areas
+    const uint srow = row0 + sm * TM * MS;    // this subgroup's first row
+    const uint base = sg * MS * S4;           // its staging areas
     const uint xbase = sg * TOK * S4;
     const uint chunks = (p.k + BK - 1u) / BK;
     const uint first = sk;   // this subgroup's first chunk
     const uint stride = WK;
+    // The chunks this workgroup's subgroups walk.
+    const uint walk = UNIFORM_CHUNKS ? (chunks + stride - 1u) / stride * stride : chunks;
 
     // acc[i * TN + u]: row tile i, token block u
-    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM * TN];
+    coopmat<float, gl_ScopeSubgroup, MS, MS, gl_MatrixUseAccumulator> acc[TM * TN];
     [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
-        acc[i] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+        acc[i] = coopmat<float, gl_ScopeSubgroup, MS, MS, gl_MatrixUseAccumulator>(0.0);
     }
 
 #if defined(NORM_IN)
@@ -236,12 +249,12 @@ void main() {
         const uint tl = sg + it * NSG;
         const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
-            const uint g = lane + 32u * j;
+            const uint g = lane + LANES * j;
             part[it][j] = tl < TOK && tok0 + tl < p.n && g < p.sq_groups ? data_sq[b + g] : 0.0;
         }
     }
 #endif
-    if (first < chunks) {
+    if (first < walk) {
         load_a(srow, first, lane);
     }
 #if defined(NORM_IN)
@@ -250,7 +263,7 @@ void main() {
         float ss = (part[it][0] + part[it][1]) + (part[it][2] + part[it][3]);
         const uint b = p.sq_offset + (tok0 + tl) * p.sq_groups;
         if (tl < TOK && tok0 + tl < p.n) {
-            for (uint g = lane + 128u; g < p.sq_groups; g += 32u) {
+            for (uint g = lane + 4u * LANES; g < p.sq_groups; g += LANES) {
                 ss += data_sq[b + g];
             }
         }
@@ -275,11 +288,11 @@ void main() {
     }
     scale = min(scale, 65504.0);
 #endif
-    for (uint c = first; c < chunks; c += stride) {
+    for (uint c = first; c < walk; c += stride) {
 #if defined(NORM_IN)
         // Where VPC divides 32, all of a lane's vectors share 4 columns:
         // one load of the norm's weight per chunk.
-        const bool shared_cols = 32u % VPC == 0u;
+        const bool shared_cols = LANES % VPC == 0u;
         vec4 nw = vec4(1.0);
         if (shared_cols) {
             nw = norm_weight(c * BK + 4u * (lane % VPC)) * scale;
@@ -297,7 +310,7 @@ void main() {
         [[dont_unroll]] for (uint i0 = 0u; i0 < X_VECS; i0 += X_VECS / TN) {
         [[unroll]] for (uint i = i0; i < i0 + X_VECS / TN; i++) {
 #endif
-            const uint v = lane + 32u * i;
+            const uint v = lane + LANES * i;
             const uint t = v / VPC;
             const uint col = c * BK + 4u * (v % VPC);
             f16vec4 x = f16vec4(0.0);
@@ -320,11 +333,11 @@ void main() {
         subgroupMemoryBarrierShared();
         subgroupBarrier();
         // mb[u * KM + j]: token block u, columns 16 j..16 j + 15
-        coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> mb[KM * TN];
+        coopmat<float16_t, gl_ScopeSubgroup, MS, MS, gl_MatrixUseB> mb[KM * TN];
         [[unroll]] for (uint u = 0u; u < TN; u++) {
             [[unroll]] for (uint j = 0u; j < KM; j++) {
                 // B(k, t) = sx[t * S4 + k / 4]: column-major
-                coopMatLoad(mb[u * KM + j], sx, xbase + u * 16u * S4 + 4u * j, S4,
+                coopMatLoad(mb[u * KM + j], sx, xbase + u * MS * S4 + MV * j, S4,
                             gl_CooperativeMatrixLayoutColumnMajor);
             }
         }
@@ -339,21 +352,21 @@ void main() {
             // on them either.
 #if defined(DATA_A_Q4_0)
             if (i + 1u < TM) {
-                load_a(srow + 16u * (i + 1u), c, lane);
+                load_a(srow + MS * (i + 1u), c, lane);
             } else {
-                load_a(srow, c + stride < chunks ? c + stride : c, lane);
+                load_a(srow, c + stride < walk ? c + stride : c, lane);
             }
 #else
             if (i + 1u < TM) {
-                load_a(srow + 16u * (i + 1u), c, lane);
-            } else if (c + stride < chunks) {
+                load_a(srow + MS * (i + 1u), c, lane);
+            } else if (c + stride < walk) {
                 load_a(srow, c + stride, lane);
             }
 #endif
             [[unroll]] for (uint j = 0u; j < KM; j++) {
-                coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> ma;
+                coopmat<float16_t, gl_ScopeSubgroup, MS, MS, gl_MatrixUseA> ma;
                 // A(r, k) = sa[r * S4 + k / 4]: row-major
-                coopMatLoad(ma, sa, base + 4u * j, S4, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(ma, sa, base + MV * j, S4, gl_CooperativeMatrixLayoutRowMajor);
                 [[unroll]] for (uint u = 0u; u < TN; u++) {
                     acc[i * TN + u] = coopMatMulAdd(ma, mb[u * KM + j], acc[i * TN + u]);
                 }
@@ -369,13 +382,13 @@ void main() {
         if (sk == g) {
             [[unroll]] for (uint i = 0u; i < TM * TN; i++) {
                 // sc[o + token * 16 + row]
-                const uint o = (sm * TM * TN + i) * 256u;
+                const uint o = (sm * TM * TN + i) * MS * MS;
                 if (g > 0u) {
-                    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> prev;
-                    coopMatLoad(prev, sc, o, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                    coopmat<float, gl_ScopeSubgroup, MS, MS, gl_MatrixUseAccumulator> prev;
+                    coopMatLoad(prev, sc, o, MS, gl_CooperativeMatrixLayoutColumnMajor);
                     acc[i] = acc[i] + prev;
                 }
-                coopMatStore(acc[i], sc, o, 16, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatStore(acc[i], sc, o, MS, gl_CooperativeMatrixLayoutColumnMajor);
             }
         }
         barrier();
@@ -384,10 +397,10 @@ void main() {
     // workgroup, token block u = q / 256 % TN): row 16 rt + e % 16, token
     // 16 u + e / 16; rows r and r ^ 1 of a token are elements e and e ^ 1.
     const bool squares = (p.flags & LINEAR_SQUARES_OUT) != 0u;
-    for (uint q = tid; q < WM * TM * TN * 256u; q += WGS) {
-        const uint e = q % 256u;
-        const uint row = row0 + (q / 256u / TN) * 16u + e % 16u;
-        const uint tl = (q / 256u % TN) * 16u + e / 16u;
+    for (uint q = tid; q < WM * TM * TN * MS * MS; q += WGS) {
+        const uint e = q % (MS * MS);
+        const uint row = row0 + (q / (MS * MS) / TN) * MS + e % MS;
+        const uint tl = (q / (MS * MS) % TN) * MS + e / MS;
         const uint t = tok0 + tl;
 #if defined(NORM_IN)
         const float f = sr[tl] / scale;
@@ -412,15 +425,15 @@ void main() {
         for (uint j = tid; j < WM * TM * TOK; j += WGS) {
             const uint rt = j / TOK;     // row tile
             const uint tl = j % TOK;
-            const uint tile = rt * TN + tl / 16u;
-            const uint tt = tl % 16u;    // token in the tile
-            const uint row = row0 + rt * 16u;
+            const uint tile = rt * TN + tl / MS;
+            const uint tt = tl % MS;     // token in the tile
+            const uint row = row0 + rt * MS;
             const uint t = tok0 + tl;
             if (row < p.m && t < p.n) {
                 float ss = 0.0;
                 // starting at row tt: the 16 tokens' reads fall in distinct banks
-                [[unroll]] for (uint i = 0u; i < 16u; i++) {
-                    ss += sc[tile * 256u + tt * 16u + (i + tt) % 16u];
+                [[unroll]] for (uint i = 0u; i < MS; i++) {
+                    ss += sc[tile * MS * MS + tt * MS + (i + tt) % MS];
                 }
                 data_sq[p.sq_offset + t * p.sq_groups + (p.row_offset + row) / 16u] = ss;
             }

@@ -11,10 +11,12 @@
 # drivers (debootstrap; ~300 MB; root needed for chroot), (2) makes a copy
 # of HEAD in a git worktree whose kernel and tile geometry are scaled from
 # 16x16 matrices and 32-lane subgroups to 8x8 and 8 (every pattern it
-# rewrites must be found, or it stops), (3) builds tests/ops_gpu.rs there
-# and runs the filtered tests in the chroot, the skinny and workgroup-scope
-# tiles left out of the tile, f16-input and epilogue tests (their kernels
-# are not scaled). Tile logic, staging and
+# rewrites must be found, or it stops; matmul_skinny.comp through its MS and
+# LANES constants), (3) builds tests/ops_gpu.rs there and runs the
+# filtered tests in the chroot, the workgroup-scope (`VK_NV_cooperative_matrix2`)
+# tiles left out of the tile, f16-input and epilogue tests (their kernel
+# is not scaled), and the skinny tiles' sums of squares
+# (skinny_norm_between_products_matches_ref: 16-row groups). Tile logic, staging and
 # epilogues run as on a GPU; the 16x16 code generation of a
 # real driver does not. Not part of the default test run (~10 min the
 # first time).
@@ -57,21 +59,29 @@ scale("glsl/matmul_coop.comp", [
     ("sg * 256u", "sg * 64u"), ("e < 256u", "e < 64u"),
     ("e % 16u", "e % 8u"), ("e / 16u", "e / 8u"), ("base, 16,", "base, 8,"),
 ])
+scale("glsl/matmul_skinny.comp", [
+    ("const uint MS = 16u;", "const uint MS = 8u;"), ("const uint LANES = 32u;", "const uint LANES = 8u;"),
+    ("const bool UNIFORM_CHUNKS = false;", "const bool UNIFORM_CHUNKS = true;"),
+])
 scale("src/ops/linear/coop.rs", [
     ("(self.wm * self.tm * 16) as usize", "(self.wm * self.tm * 8) as usize"),
     ("(self.wn * self.tn * 16) as usize", "(self.wn * self.tn * 8) as usize"),
     ("32 * self.wm * self.wn * self.wk", "8 * self.wm * self.wn * self.wk"),
     ("            256 * self.wm * self.wn\n", "            64 * self.wm * self.wn\n"),
+    ("self.wm * self.tm * self.tn * 256", "self.wm * self.tm * self.tn * 64"),
+    ("* subgroups * 16 * (1 + self.tn as usize)", "* subgroups * 8 * (1 + self.tn as usize)"),
     ("                self.invocations(),\n                32,\n                self.wm,\n                self.wn,",
      "                self.invocations(),\n                8,\n                self.wm,\n                self.wn,"),
+    ("                self.invocations(),\n                32,\n                self.wm,\n                self.wk,",
+     "                self.invocations(),\n                8,\n                self.wm,\n                self.wk,"),
 ])
 scale("src/ops/linear/mod.rs", [("kernel_subgroup(ctx) == 32", "kernel_subgroup(ctx) == 8")])
 scale("src/gpu/caps.rs", [(".any(|s| s.m == 16 && s.n == 16 && s.k == 16)",
                            ".any(|s| s.m == 8 && s.n == 8 && s.k == 8)")])
 scale("tests/ops_gpu.rs", [("    for tile in tiles {\n        for (t, rows, cols, n) in [",
-                            "    for tile in tiles.into_iter().filter(|t| !t.skinny && !t.nv2) {\n        for (t, rows, cols, n) in ["),
+                            "    for tile in tiles.into_iter().filter(|t| !t.nv2) {\n        for (t, rows, cols, n) in ["),
                            ("    for tile in tiles {\n        for (t, n) in [",
-                            "    for tile in tiles.into_iter().filter(|t| !t.skinny && !t.nv2) {\n        for (t, n) in [")])
+                            "    for tile in tiles.into_iter().filter(|t| !t.nv2) {\n        for (t, n) in [")])
 EOF
 
 (cd "$work" && CARGO_TARGET_DIR="$target" cargo build --release --test ops_gpu >&2)
