@@ -66,7 +66,7 @@ float16_t weight_at(uint row, uint blk, uint e) {
     const uint ib = row * (p.k / QK) + blk;
     const uint w = data_a[ib * PLANE0_WORDS + ((e & 15u) >> 2)];
     const uint q = (w >> (8u * (e & 3u) + ((e & 16u) >> 2))) & 15u;
-    const uint sw = data_a[p.nb * QWORDS + (ib >> 1)];
+    const uint sw = a_scale_word(p.nb, ib, 0u);
     const float16_t d = float16_t(unpackHalf2x16(sw >> (16u * (ib & 1u))).x);
     return (float16_t(q) - float16_t(8.0)) * d;
 #else

@@ -175,7 +175,7 @@ void load_step(uint step, uint tid, uint row0, uint tok0) {
             kq0[i] = data_a4[qw];
             kq1[i] = data_a4[qw + 1u];
             ksw[i] = scale_words(ib);
-            kdd[i] = data_a[p.nb * QWORDS + ib];   // d and dmin, two f16
+            kdd[i] = a_scale_word(p.nb, ib, 0u);   // d and dmin, two f16
             kpart[i] = part;
             wv |= ok ? 1u << i : 0u;
             continue;

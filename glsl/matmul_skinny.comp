@@ -161,7 +161,7 @@ void load_a(uint row, uint c, uint lane) {
         const uint ib = ok ? r * subs + s : 0u;
         // One 16-byte load, not four of 4 bytes (as matmul_coop.comp).
         wraw[i] = data_a4[ib * PLANE0_WORDS / 4u];
-        wscale[i] = data_a[p.nb * QWORDS + (ib >> 1)];
+        wscale[i] = a_scale_word(p.nb, ib, 0u);
         wo |= (ib & 1u) << i;
         wv |= ok ? 1u << i : 0u;
 #else

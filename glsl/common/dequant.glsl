@@ -30,12 +30,18 @@ float dense_elem(uint i) {
 }
 #else
 
-// Scale k of block ib: the f16 scales of all blocks follow the quant planes,
-// two to a word.
+// The word holding scale k of block ib: the f16 scales of all blocks follow
+// the quant planes, two to a word (scale k in the upper half where
+// ib * N_SCALES + k is odd). Kernels that hold the word as loaded until
+// they need the scale read it here.
+uint a_scale_word(uint nb, uint ib, uint k) {
+    return data_a[nb * QWORDS + ((ib * N_SCALES + k) >> 1)];
+}
+
+// Scale k of block ib.
 float a_scale(uint nb, uint ib, uint k) {
-    const uint i = ib * N_SCALES + k;
-    const vec2 w = unpackHalf2x16(data_a[nb * QWORDS + (i >> 1)]);
-    return (i & 1u) == 0u ? w.x : w.y;
+    const vec2 w = unpackHalf2x16(a_scale_word(nb, ib, k));
+    return ((ib * N_SCALES + k) & 1u) == 0u ? w.x : w.y;
 }
 
 // The 6-bit scale and min of sub-block j (0..7) from a K-quant's 12-byte
