@@ -249,6 +249,12 @@ impl Session {
             Some(s) => Some(s.fork()?),
             None => None,
         };
+        // The fork has no step rows of its own yet: logits read in place
+        // become its own.
+        let (logits, last) = match &self.last {
+            LastLogits::InPlace(_) => (self.logits().to_vec(), LastLogits::Own),
+            other => (self.logits.clone(), other.clone()),
+        };
         Ok(Session {
             model: self.model.clone(),
             cache: self.cache.fork()?,
@@ -257,15 +263,8 @@ impl Session {
             step_logits: None,
             sample_step: None,
             tokens: self.tokens.clone(),
-            // The fork has no step rows of its own yet.
-            logits: match self.last {
-                LastLogits::InPlace(_) => self.logits().to_vec(),
-                _ => self.logits.clone(),
-            },
-            last: match &self.last {
-                LastLogits::InPlace(_) => LastLogits::Own,
-                other => other.clone(),
-            },
+            logits,
+            last,
             n_batch: self.n_batch,
             embed_rows: None,
             split,
