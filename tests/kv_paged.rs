@@ -702,3 +702,50 @@ fn batches_of_windowed_sequences_read_their_own_rings() {
         assert!(d <= 1e-3, "sequence {i}: differs by {d}");
     }
 }
+
+/// A prompt longer than a batch that runs out of pages part way is not
+/// evaluated at all, and the logits stay those of the last evaluation
+/// wherever that left them: a decode step's row, a batched step's lent
+/// row, or a prompt's own vector.
+#[test]
+fn failed_long_prompt_keeps_the_last_logits_where_they_were() {
+    let mut rng = Rng::fresh("failed_long_prompt");
+    let model = tiny_model(rng.next_u64());
+    let n_vocab = model.spec().n_vocab;
+    let opts = SessionOptions {
+        n_ctx: 64,
+        kv_kind: CacheKind::Paged,
+        page_size: 8,
+        pool_pages: 3,
+        n_batch: 8,
+        ..Default::default()
+    };
+    let mut s = Session::new(model.clone(), &opts).expect("session");
+    s.prefill(&tokens(&mut rng, 7, n_vocab)).expect("prompt");
+    let mut runner = BatchRunner::new(model.clone());
+    // Each kind of evaluation, then a prompt of three batches where two
+    // pages are left (the third batch finds none).
+    for kind in ["decode", "batched decode", "prompt"] {
+        match kind {
+            "decode" => s.decode(3).expect("decode"),
+            "batched decode" => runner.decode(&mut [&mut s], &[4]).expect("batched"),
+            _ => s.prefill(&[5]).expect("one-token prompt"),
+        }
+        let len = s.len();
+        let want = s.logits().to_vec();
+        assert_eq!(want.len(), n_vocab, "{kind}");
+        let err = s
+            .prefill(&tokens(&mut rng, 24 - len % 8 + 1, n_vocab))
+            .expect_err("more pages than the pool has");
+        assert!(
+            matches!(err.root(), ModelError::PoolExhausted { .. }),
+            "{kind}: {err}"
+        );
+        assert_eq!(s.len(), len, "{kind}: the prompt was not kept");
+        assert_eq!(s.logits(), &want[..], "{kind}: logits changed");
+        // A failed prompt after a decode step leaves the step rows in turn.
+        s.decode(6).expect("decode after the failure");
+        assert_eq!(s.logits().len(), n_vocab);
+        s.rewind(len).expect("back");
+    }
+}

@@ -68,8 +68,9 @@ enum LastLogits {
     /// [`crate::runtime::Model::decode_batch_sample`]), and these are how
     /// many it selected and those (`(token, logit)`, best first).
     Kept(usize, Vec<(u32, f32)>),
-    /// In this row of the session's `step_logits`, written by a decode step.
-    InPlace(usize),
+    /// In this row of the session's `step_logits` (the buffer, held here
+    /// so that a row is never named without it), written by a decode step.
+    InPlace(Arc<Buffer>, usize),
 }
 
 /// One sequence being evaluated on a model.
@@ -205,18 +206,17 @@ impl Session {
     /// ([`crate::runtime::Model::decode_batch_sample`]), whose logits were
     /// never read back.
     pub fn logits(&self) -> &[f32] {
-        match (&self.last, &self.step_logits) {
-            (LastLogits::Own, _) => &self.logits,
-            (LastLogits::Kept(..), _) => &[],
-            (LastLogits::Lent(rows), _) => rows.as_slice().unwrap_or(&[]),
-            (LastLogits::InPlace(row), Some(buf)) => {
+        match &self.last {
+            LastLogits::Own => &self.logits,
+            LastLogits::Kept(..) => &[],
+            LastLogits::Lent(rows) => rows.as_slice().unwrap_or(&[]),
+            LastLogits::InPlace(buf, row) => {
                 let n_vocab = self.logits.len();
                 // SAFETY: only `Self::decode` (through `&mut self`, so not
                 // while this borrow lives) submits work writing `buf`, and
                 // it writes the other row.
                 unsafe { buf.host_slice::<f32>((row * n_vocab * 4) as u64, n_vocab) }.unwrap_or(&[])
             }
-            (LastLogits::InPlace(_), None) => &[],
         }
     }
 
@@ -252,7 +252,7 @@ impl Session {
         // The fork has no step rows of its own yet: logits read in place
         // become its own.
         let (logits, last) = match &self.last {
-            LastLogits::InPlace(_) => (self.logits().to_vec(), LastLogits::Own),
+            LastLogits::InPlace(..) => (self.logits().to_vec(), LastLogits::Own),
             other => (self.logits.clone(), other.clone()),
         };
         Ok(Session {
@@ -411,18 +411,17 @@ impl Session {
         let spans = self.check_spans(tokens.len(), rows)?;
         let start = self.tokens.len();
         let multi = tokens.len() > self.chunk_len();
-        // What a failed prompt restores: the logits as they were, copied
-        // unless the device kept them (the steps between overwrite every
-        // other place).
-        let kept = match &self.last {
-            LastLogits::Kept(..) => Some(self.last.clone()),
-            _ => None,
-        };
-        let saved = if multi && kept.is_none() {
-            self.logits().to_vec()
-        } else {
-            Vec::new()
-        };
+        // What a failed prompt restores: where the logits were, and the
+        // session's own vector when they were there (the chunks between
+        // overwrite only that; a lent or in-place row stays held by the
+        // saved place, and only decode steps write the step rows).
+        let saved = multi.then(|| {
+            let own = match self.last {
+                LastLogits::Own => self.logits.clone(),
+                _ => Vec::new(),
+            };
+            (self.last.clone(), own)
+        });
         let chunk_len = self.chunk_len();
         for (ic, chunk) in tokens.chunks(chunk_len).enumerate() {
             let first = ic * chunk_len;
@@ -430,15 +429,12 @@ impl Session {
             if let Err(e) = result {
                 // A prompt is evaluated whole or not at all (e.g. when the
                 // page pool runs out part way through a long one).
-                if multi {
+                if let Some((last, own)) = saved {
                     let _ = self.rewind(start);
-                    self.last = match kept {
-                        Some(k) => k,
-                        None => {
-                            self.logits = saved;
-                            LastLogits::Own
-                        }
-                    };
+                    if matches!(last, LastLogits::Own) {
+                        self.logits = own;
+                    }
+                    self.last = last;
                 }
                 return Err(e);
             }
@@ -738,7 +734,7 @@ impl Session {
         }
         // The row the last decode step left alone.
         let row = match self.last {
-            LastLogits::InPlace(r) => 1 - r,
+            LastLogits::InPlace(_, r) => 1 - r,
             _ => 0,
         };
         let dst = match &self.step_logits {
@@ -764,7 +760,7 @@ impl Session {
             .as_mut()
             .ok_or_else(|| ModelError::Internal("decode step missing".into()))?;
         step.submit_and_wait()?;
-        self.last = LastLogits::InPlace(row);
+        self.last = LastLogits::InPlace(dst, row);
         self.cache.commit(1);
         self.tokens.push(token);
         Ok(())
