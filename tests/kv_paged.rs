@@ -734,6 +734,7 @@ fn failed_long_prompt_keeps_the_last_logits_where_they_were() {
         let len = s.len();
         let want = s.logits().to_vec();
         assert_eq!(want.len(), n_vocab, "{kind}");
+        let pages = s.page_stats().expect("stats").pages_used;
         let err = s
             .prefill(&tokens(&mut rng, 24 - len % 8 + 1, n_vocab))
             .expect_err("more pages than the pool has");
@@ -742,6 +743,12 @@ fn failed_long_prompt_keeps_the_last_logits_where_they_were() {
             "{kind}: {err}"
         );
         assert_eq!(s.len(), len, "{kind}: the prompt was not kept");
+        // The batches that fit took pages, given back with the prompt.
+        assert_eq!(
+            s.page_stats().expect("stats").pages_used,
+            pages,
+            "{kind}: pages kept"
+        );
         assert_eq!(s.logits(), &want[..], "{kind}: logits changed");
         // A failed prompt after a decode step leaves the step rows in turn.
         s.decode(6).expect("decode after the failure");
