@@ -723,8 +723,9 @@ fn failed_long_prompt_keeps_the_last_logits_where_they_were() {
     let mut s = Session::new(model.clone(), &opts).expect("session");
     s.prefill(&tokens(&mut rng, 7, n_vocab)).expect("prompt");
     let mut runner = BatchRunner::new(model.clone());
-    // Each kind of evaluation, then a prompt of three batches where two
-    // pages are left (the third batch finds none).
+    // Each kind of evaluation, then a prompt of 24-25 tokens (3-4 batches)
+    // where two pages are left: its first batch takes a page, and the
+    // second or third finds none.
     for kind in ["decode", "batched decode", "prompt"] {
         match kind {
             "decode" => s.decode(3).expect("decode"),
