@@ -104,14 +104,9 @@ if [[ ${COMBS_COOP_VALIDATE:-0} == 1 ]]; then
         chroot "$sid" env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false \
             install -y -qq vulkan-validationlayers >&2
     fi
-    log="$(mktemp)"
-    rc=0
-    chroot "$sid" env VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation \
-        /combs/ops_gpu "${filters[@]}" 2>&1 | tee "$log" || rc=$?
-    errors="$(grep -c 'Validation Error' "$log" || true)"
-    rm -f "$log"
-    echo "coop-lavapipe: exit $rc, $errors validation errors"
-    ((rc == 0 && errors == 0))
+    # with-validation.sh sets the layer and counts its errors; the
+    # environment it sets passes through chroot to the chroot's layer.
+    "$root/scripts/with-validation.sh" chroot "$sid" /combs/ops_gpu "${filters[@]}"
 else
     chroot "$sid" /combs/ops_gpu "${filters[@]}"
 fi
